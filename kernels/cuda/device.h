@@ -1,0 +1,26 @@
+// Host-side device helpers for the CUDA backend, its tests and its benchmarks.
+//
+// Every function returns cudaError_t and never aborts or prints; callers turn codes into Status
+// at the backend boundary. Safe to call on a machine without a GPU or driver: DeviceCount reports
+// zero devices there.
+#ifndef CHUNKSERVE_KERNELS_CUDA_DEVICE_H_
+#define CHUNKSERVE_KERNELS_CUDA_DEVICE_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+namespace chunkserve::kernels::cuda {
+
+// Number of usable CUDA devices. Writes 0 and returns cudaSuccess when the machine has no device
+// or no driver (cudaErrorNoDevice / cudaErrorInsufficientDriver), so "no GPU" is not an error.
+cudaError_t DeviceCount(int* count);
+
+// Overwrites `bytes` bytes of `scratch` (device memory) with `pattern` repeated as 32-bit words,
+// on `stream`. With `bytes` larger than the L2 cache this evicts everything a previous iteration
+// left there, which is how benchmarks report cold-cache numbers. `bytes` must be a multiple of 4.
+cudaError_t FillWords(void* scratch, size_t bytes, unsigned pattern, cudaStream_t stream);
+
+}  // namespace chunkserve::kernels::cuda
+
+#endif  // CHUNKSERVE_KERNELS_CUDA_DEVICE_H_
