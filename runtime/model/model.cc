@@ -1,0 +1,75 @@
+#include "runtime/model/model.h"
+
+// The state struct's definition, so it lives on the stack (no allocation that could fail).
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include <string>
+
+namespace chunkserve::model {
+namespace {
+
+constexpr std::string_view kFingerprintVersion = "chunkserve-model-fingerprint-v1";
+constexpr size_t kSampleBytes = 4096;
+
+class Hasher {
+ public:
+  Hasher() {
+    XXH3_INITSTATE(&state_);
+    XXH3_64bits_reset(&state_);
+  }
+  void Bytes(const void* data, size_t size) { XXH3_64bits_update(&state_, data, size); }
+  void String(std::string_view s) {
+    U64(s.size());
+    Bytes(s.data(), s.size());
+  }
+  // Little-endian whatever the host, so the value is the same on every machine.
+  void U64(uint64_t v) {
+    unsigned char b[8];
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>(v >> (8 * i));
+    Bytes(b, sizeof(b));
+  }
+  uint64_t Digest() { return XXH3_64bits_digest(&state_); }
+
+ private:
+  XXH3_state_t state_;
+};
+
+}  // namespace
+
+uint64_t ModelFingerprint(const ModelConfig& config, const WeightStore& store,
+                          FingerprintMode mode) {
+  Hasher h;
+  h.String(kFingerprintVersion);
+  h.String(CanonicalModelConfig(config));
+  h.U64(store.num_tensors());
+  for (const auto& [name, view] : store.tensors()) {
+    h.String(name);
+    h.U64(static_cast<uint64_t>(view.dtype));
+    h.U64(view.shape.size());
+    for (int64_t d : view.shape) h.U64(static_cast<uint64_t>(d));
+    const size_t n = view.size_bytes;
+    if (mode == FingerprintMode::kFull || n <= 3 * kSampleBytes) {
+      h.Bytes(view.data, n);
+    } else {
+      h.Bytes(view.data, kSampleBytes);
+      h.Bytes(view.data + (n / 2 - kSampleBytes / 2), kSampleBytes);
+      h.Bytes(view.data + (n - kSampleBytes), kSampleBytes);
+    }
+  }
+  return h.Digest();
+}
+
+Result<LoadedModel> LoadedModel::Load(const std::filesystem::path& dir,
+                                      const LoadModelOptions& options) {
+  CHUNKSERVE_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir, options.config));
+  CHUNKSERVE_ASSIGN_OR_RETURN(WeightStore store, WeightStore::Open(dir));
+  LoadedModel m(dir, std::move(config), std::move(store));
+  // Bound after the store reached its final home; the views point into its heap-held files, so
+  // later moves of the LoadedModel keep them valid.
+  CHUNKSERVE_ASSIGN_OR_RETURN(m.weights_, BindLlamaWeights(m.config_, m.store_, options.bind));
+  m.fingerprint_ = ModelFingerprint(m.config_, m.store_, options.fingerprint);
+  return m;
+}
+
+}  // namespace chunkserve::model
