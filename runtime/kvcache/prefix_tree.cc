@@ -158,12 +158,14 @@ void PrefixTree::LruRemove(uint32_t n) {
 void PrefixTree::AddRef(uint32_t n, int32_t count) {
   Node& node = nodes_[n];
   if (node.ref_count == 0) LruRemove(n);
+  if (node.ref_count < 2 && node.ref_count + count >= 2) ++num_shared_;
   node.ref_count += count;
 }
 
 void PrefixTree::DropRef(uint32_t n) {
   Node& node = nodes_[n];
   DCHECK_GT(node.ref_count, 0);
+  if (node.ref_count == 2) --num_shared_;
   if (--node.ref_count == 0) LruPushBack(n);
 }
 
@@ -684,6 +686,7 @@ KvCacheStats PrefixTree::Stats() const {
   s.used_slots = s.num_slots - s.free_slots;
   s.retained_chunks = num_retained_;
   s.referenced_chunks = s.used_slots - s.retained_chunks;
+  s.shared_chunks = num_shared_;
   s.live_seqs = num_live_seqs_;
   s.live_tokens = live_tokens_;
   s.unshared_chunks = unshared_chunks_;
@@ -761,7 +764,7 @@ Status PrefixTree::CheckInvariants() const {
   if (tokens != live_tokens_) return fail("live token count");
   if (unshared != unshared_chunks_) return fail("unshared chunk count");
 
-  int32_t used = 0, retained = 0;
+  int32_t used = 0, retained = 0, shared = 0;
   size_t full = 0;
   for (uint32_t x = 0; x < root_; ++x) {
     const Node& n = nodes_[x];
@@ -777,6 +780,7 @@ Status PrefixTree::CheckInvariants() const {
                   " live sequences through it");
     }
     if (n.ref_count == 0) ++retained;
+    if (n.ref_count >= 2) ++shared;
     if (n.ref_count > nodes_[n.parent].ref_count && n.parent != root_) {
       return fail("ref_count increases down a path");
     }
@@ -811,6 +815,7 @@ Status PrefixTree::CheckInvariants() const {
   }
   if (used + free_slots() != options_.num_slots) return fail("free + used != num_slots");
   if (retained != num_retained_) return fail("retained count");
+  if (shared != num_shared_) return fail("shared count " + Str(num_shared_) + " != " + Str(shared));
   // Every list reachable from the indexes holds exactly the live chunks filed under its key.
   size_t listed_full = 0, listed_children = 0;
   bool lists_ok = true;

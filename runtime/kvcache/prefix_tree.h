@@ -179,6 +179,7 @@ struct KvCacheStats {
   int32_t used_slots = 0;         // == referenced_chunks + retained_chunks
   int32_t referenced_chunks = 0;  // on some live sequence's path
   int32_t retained_chunks = 0;    // unreferenced, kept for reuse, evictable
+  int32_t shared_chunks = 0;      // referenced by two or more live sequences
   int32_t live_seqs = 0;
   int64_t live_tokens = 0;         // sum of live sequences' lengths
   int64_t unshared_chunks = 0;     // sum over live sequences of ceil(len / chunk_size)
@@ -378,6 +379,7 @@ class PrefixTree {
   std::vector<uint32_t> free_nodes_;  // stack of free nodes
   uint32_t lru_head_ = kNil, lru_tail_ = kNil;
   int32_t num_retained_ = 0;
+  int32_t num_shared_ = 0;             // chunks with ref_count >= 2
   internal::FlatIndex hash_index_;   // chunk hash -> first chunk of its hash list
   internal::FlatIndex child_index_;  // (parent << 32 | first token) -> first child of bucket
 

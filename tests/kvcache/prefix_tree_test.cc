@@ -602,6 +602,7 @@ TEST_F(PrefixTreeTest, StatsCountSharedChunksOnce) {
   EXPECT_EQ(s.free_slots, 12);
   EXPECT_EQ(s.referenced_chunks, 3);
   EXPECT_EQ(s.retained_chunks, 1);
+  EXPECT_EQ(s.shared_chunks, 2);
   EXPECT_EQ(s.live_seqs, 2);
   EXPECT_EQ(s.live_tokens, 18);
   EXPECT_EQ(s.unshared_chunks, 5);
@@ -610,8 +611,9 @@ TEST_F(PrefixTreeTest, StatsCountSharedChunksOnce) {
   EXPECT_EQ(s.bytes_if_unshared, 5000u);
   EXPECT_NEAR(s.sharing_ratio, 5.0 / 3.0, 1e-12);
   EXPECT_EQ(tree().available_slots(), 13);
+  ASSERT_OK(tree().Release(b));
+  EXPECT_EQ(tree().Stats().shared_chunks, 0);
   (void)a;
-  (void)b;
 }
 
 // ---- Batches ----
