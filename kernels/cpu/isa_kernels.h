@@ -1,0 +1,82 @@
+// Internal: the per-ISA entry points behind attention.h and kv_append.h, and the sizes both sides
+// agree on. attention_impl.h defines them once per ISA namespace (avx2, scalar); attention.cc and
+// kv_append.cc validate params, resolve the ISA and call one of them. Nothing here validates.
+#ifndef CHUNKSERVE_KERNELS_CPU_ISA_KERNELS_H_
+#define CHUNKSERVE_KERNELS_CPU_ISA_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/kv_append.h"
+
+namespace chunkserve::kernels::cpu {
+
+// Query rows per chunk-first / prefill tile: the Q^T tile, the score tile and the output tile of
+// one task are [head_dim x 64], [chunk_size x 64] and [64 x head_dim] floats, which stay in L2.
+inline constexpr int32_t kBlockRows = 64;
+
+inline int32_t PaddedHeadDim(int32_t head_dim) { return (head_dim + 7) & ~7; }
+
+// Scratch of a chunk-first / prefill task (see attention_impl.h's BlockTemps and BlockHead): the
+// temporaries shared by its KV heads, and the state of one KV head for blocks of `rows` rows.
+inline int64_t BlockTempFloats(int32_t head_dim, int32_t chunk_size) {
+  const int64_t dp = PaddedHeadDim(head_dim);
+  return int64_t{chunk_size} * kBlockRows + 2 * int64_t{chunk_size} * dp + 2 * int64_t{kBlockRows};
+}
+inline int64_t BlockHeadFloats(int32_t head_dim, int32_t rows) {
+  const int64_t rp = (rows + 7) & ~7;
+  return int64_t{head_dim} * rp + rp * PaddedHeadDim(head_dim) + 2 * rp;
+}
+// The least per-thread scratch that runs any chunk-first / prefill task (one head, full rows).
+inline size_t BlockScratchBytes(int32_t head_dim, int32_t chunk_size) {
+  return static_cast<size_t>(BlockTempFloats(head_dim, chunk_size) + BlockHeadFloats(head_dim, kBlockRows)) *
+         sizeof(float);
+}
+// How many KV heads' states fit next to the temporaries in `scratch_bytes`.
+inline int64_t BlockHeadsThatFit(size_t scratch_bytes, int32_t head_dim, int32_t chunk_size, int32_t rows) {
+  const int64_t floats = static_cast<int64_t>(scratch_bytes / sizeof(float)) - BlockTempFloats(head_dim, chunk_size);
+  return floats <= 0 ? 0 : floats / BlockHeadFloats(head_dim, rows);
+}
+
+// Floats of one sequence-first unit (up to kMaxRowsPerPass query heads of one sequence): scaled
+// queries and accumulators of padded head_dim each, running max and sum.
+inline int64_t SequenceUnitFloats(int32_t head_dim) {
+  return 2 * int64_t{kMaxRowsPerPass} * PaddedHeadDim(head_dim) + 2 * int64_t{kMaxRowsPerPass};
+}
+
+// Per-thread scratch a sequence-first task needs at least: the units of one KV head.
+inline size_t SequenceScratchBytes(int32_t head_dim, int32_t group) {
+  const int64_t passes = (group + kMaxRowsPerPass - 1) / kMaxRowsPerPass;
+  return static_cast<size_t>(passes * SequenceUnitFloats(head_dim)) * sizeof(float);
+}
+
+// TppDecode's workspace, carved by attention.cc. Partial row i (see TppPlanView) is
+// o_part[i * padded_head_dim ...], m_part[i], l_part[i]; m is natural-log based. The chunk-first
+// tasks are runs of shared chunks with the same row range ("segments"): segment g covers shared
+// chunks [seg_begin[g], seg_begin[g + 1]) and tasks [seg_task_begin[g], seg_task_begin[g + 1]),
+// one per (range of heads_per_task KV heads, block of kBlockRows rows), head range major.
+struct TppWorkspace {
+  float* o_part = nullptr;
+  float* m_part = nullptr;
+  float* l_part = nullptr;
+  int32_t* seg_begin = nullptr;       // [num_segments + 1]
+  int32_t* seg_task_begin = nullptr;  // [num_segments + 1]
+  int32_t num_segments = 0;
+  int32_t heads_per_task = 1;
+};
+
+#define CHUNKSERVE_DECLARE_ISA_KERNELS(isa)                                             \
+  namespace isa {                                                                       \
+  void TppDecode(const TppDecodeParams& params, const TppWorkspace& ws, int32_t threads); \
+  void PagedDecode(const PagedDecodeParams& params, int32_t threads);                  \
+  void PrefillAttention(const PrefillAttentionParams& params, int32_t threads);        \
+  void KvAppend(const KvAppendParams& params);                                         \
+  }
+CHUNKSERVE_DECLARE_ISA_KERNELS(avx2)
+CHUNKSERVE_DECLARE_ISA_KERNELS(scalar)
+#undef CHUNKSERVE_DECLARE_ISA_KERNELS
+
+}  // namespace chunkserve::kernels::cpu
+
+#endif  // CHUNKSERVE_KERNELS_CPU_ISA_KERNELS_H_

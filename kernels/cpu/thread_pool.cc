@@ -1,0 +1,117 @@
+#include "kernels/cpu/thread_pool.h"
+
+#include <cstdlib>
+#include <new>
+#include <system_error>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace chunkserve::kernels::cpu {
+namespace {
+
+// About 20-50 us of polling before a thread sleeps: long enough to catch the next decode layer's
+// job without a futex round trip, short enough not to burn a shared core.
+constexpr int kSpinIterations = 1 << 14;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+// Returns once done(value) holds: polls for a while, then sleeps until the value changes.
+template <typename T, typename Pred>
+void SpinThenWait(const std::atomic<T>& value, Pred done) {
+  for (int i = 0; i < kSpinIterations; ++i) {
+    if (done(value.load(std::memory_order_acquire))) return;
+    CpuRelax();
+  }
+  for (;;) {
+    const T now = value.load(std::memory_order_acquire);
+    if (done(now)) return;
+    value.wait(now, std::memory_order_acquire);
+  }
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int32_t num_threads, size_t scratch_bytes_per_thread) {
+  if (num_threads <= 0) num_threads = static_cast<int32_t>(std::thread::hardware_concurrency());
+  if (num_threads <= 0) num_threads = 1;
+  scratch_bytes_ = (scratch_bytes_per_thread + 63) / 64 * 64;
+  if (scratch_bytes_ > 0) {
+    scratch_ = static_cast<unsigned char*>(
+        std::aligned_alloc(64, scratch_bytes_ * static_cast<size_t>(num_threads)));
+  }
+  workers_.reserve(static_cast<size_t>(num_threads - 1));
+  for (int32_t i = 1; i < num_threads; ++i) {
+    try {
+      workers_.emplace_back([this, i] { WorkerLoop(i); });
+    } catch (const std::system_error&) {
+      break;  // run with the threads we got
+    }
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(call_mu_);
+    stop_ = true;
+    pending_.store(static_cast<int32_t>(workers_.size()), std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
+  }
+  for (std::thread& t : workers_) t.join();
+  std::free(scratch_);
+}
+
+void ThreadPool::RunTasks(int32_t thread_index) {
+  for (;;) {
+    const int64_t begin = next_task_.fetch_add(grain_, std::memory_order_relaxed);
+    if (begin >= num_tasks_) return;
+    const int64_t end = begin + grain_ < num_tasks_ ? begin + grain_ : num_tasks_;
+    fn_(ctx_, begin, end, thread_index);
+  }
+}
+
+void ThreadPool::WorkerLoop(int32_t thread_index) {
+  uint32_t seen = 0;
+  for (;;) {
+    SpinThenWait(generation_, [seen](uint32_t g) { return g != seen; });
+    seen = generation_.load(std::memory_order_acquire);
+    if (stop_) return;
+    if (thread_index < active_threads_) RunTasks(thread_index);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+  }
+}
+
+void ThreadPool::ParallelFor(int64_t num_tasks, int64_t grain, int32_t max_threads, TaskFn fn,
+                             void* ctx) {
+  if (num_tasks <= 0) return;
+  if (grain < 1) grain = 1;
+  int32_t threads = num_threads();
+  if (max_threads > 0 && max_threads < threads) threads = max_threads;
+  const int64_t num_grains = (num_tasks + grain - 1) / grain;
+  if (threads > num_grains) threads = static_cast<int32_t>(num_grains);
+  // Held also on the single-thread path: thread index 0's scratch belongs to one caller at a time.
+  std::lock_guard<std::mutex> lock(call_mu_);
+  if (threads <= 1) {
+    fn(ctx, 0, num_tasks, 0);
+    return;
+  }
+  fn_ = fn;
+  ctx_ = ctx;
+  num_tasks_ = num_tasks;
+  grain_ = grain;
+  active_threads_ = threads;
+  next_task_.store(0, std::memory_order_relaxed);
+  pending_.store(static_cast<int32_t>(workers_.size()), std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
+  RunTasks(0);
+  SpinThenWait(pending_, [](int32_t p) { return p == 0; });
+}
+
+}  // namespace chunkserve::kernels::cpu

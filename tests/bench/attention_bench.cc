@@ -1,0 +1,677 @@
+// chunkserve-bench attention: decode attention, naive vs paged vs TPP, on one synthetic batch
+// (the paper's Table 3 / Figure 4 workload), with floors from this machine's measured limits.
+//
+// Workload (paper section 4.1): `batch` sequences, each with np context tokens of which the leading
+// ns are a prefix shared by the whole batch (physically one copy of their chunks); one query token
+// per sequence and head. The shared chunks are the plan's shared list (one row range: the batch);
+// the other np - ns tokens of each sequence are its private chunks. The paged baseline reads every
+// sequence's whole block list (shared blocks included), the naive reference a contiguous copy.
+//
+// Floors: bytes = shared KV once + private KV + q + o; flops = 4 * batch * np * heads * head_dim
+// (QK^T and PV, 2 per multiply-add); floor = max(bytes / measured read bandwidth, flops / measured
+// FMA peak). efficiency = floor / median. Caches are flushed between timed iterations unless
+// --warm (cold is what a real decode step sees: the previous layer evicted this one's KV).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/dtype.h"
+#include "kernels/cpu/reference.h"
+#include "kernels/cpu/thread_pool.h"
+#include "tests/bench/bench.h"
+#include "tests/bench/machine_peaks.h"
+
+namespace chunkserve::bench {
+namespace {
+
+namespace kc = ::chunkserve::kernels::cpu;
+using ::chunkserve::kernels::DType;
+using ::chunkserve::kernels::KvCacheView;
+using ::chunkserve::kernels::TppPlanView;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int64_t np = 2048;
+  int64_t ns = 2048;
+  int32_t batch = 32;
+  int32_t heads = 32;
+  int32_t kv_heads = 0;  // 0: = heads
+  int32_t head_dim = 128;
+  int32_t chunk = 64;
+  DType kv_dtype = DType::kF32;
+  int32_t threads = 0;  // 0: hardware concurrency
+  int32_t iters = 10;
+  int32_t naive_iters = 2;
+  bool json = false;
+  bool naive = true;
+  bool grid = false;
+  bool warm = false;
+  bool paged_head_major = false;
+  kc::CpuIsa isa = kc::CpuIsa::kAuto;
+  std::vector<int32_t> sweep_batches = {1, 2, 4, 8, 16, 32, 64};
+};
+
+void Usage() {
+  std::cout
+      << "usage: chunkserve-bench attention [flags]\n"
+         "  --np N           context tokens per sequence (2048)\n"
+         "  --ns N           leading tokens shared by the whole batch, <= np (2048)\n"
+         "  --batch B        sequences (32)\n"
+         "  --heads H        query heads (32)\n"
+         "  --kv-heads K     KV heads (= heads)\n"
+         "  --head-dim D     (128)\n"
+         "  --chunk C        tokens per chunk (64)\n"
+         "  --kv-dtype T     f32 | f16 | bf16 (f32)\n"
+         "  --threads T      (hardware concurrency)\n"
+         "  --iters I        timed iterations per implementation (10); naive: --naive-iters (2)\n"
+         "  --isa I          auto | avx2 | scalar (auto; $CHUNKSERVE_CPU_ISA also works)\n"
+         "  --json           one JSON object per line per implementation\n"
+         "  --no-naive       skip the naive reference\n"
+         "  --warm           do not flush caches between iterations\n"
+         "  --paged-head-major  also time the paged kernel with head-major task order\n"
+         "  --grid           the paper's Table 3 grid (np 1024/2048/4096 x ns 0, np/2, 3np/4, np)\n"
+         "                   and the Figure 4 batch sweep (at --np/--ns; --sweep 1,2,4,...)\n";
+}
+
+bool ParseDType(const std::string& s, DType* out) {
+  if (s == "f32") *out = DType::kF32;
+  else if (s == "f16") *out = DType::kF16;
+  else if (s == "bf16") *out = DType::kBF16;
+  else return false;
+  return true;
+}
+
+const char* DTypeName(DType t) { return t == DType::kF16 ? "f16" : t == DType::kBF16 ? "bf16" : "f32"; }
+
+// Returns 0 on success, 1 for --help, 2 on a bad flag.
+int ParseFlags(int argc, char** argv, Options* o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      if (i + 1 >= argc) {
+        std::cerr << "attention: " << name << " needs a value\n";
+        return nullptr;
+      }
+      return argv[++i];
+    };
+    auto int_flag = [&](const char* name, auto* out) {
+      const char* v = value(name);
+      if (v == nullptr) return false;
+      char* end = nullptr;
+      const long long x = std::strtoll(v, &end, 10);
+      if (end == v || *end != '\0') {
+        std::cerr << "attention: bad value for " << name << ": " << v << "\n";
+        return false;
+      }
+      *out = static_cast<std::remove_pointer_t<decltype(out)>>(x);
+      return true;
+    };
+    bool ok = true;
+    if (a == "--help" || a == "-h") {
+      Usage();
+      return 1;
+    } else if (a == "--np") ok = int_flag("--np", &o->np);
+    else if (a == "--ns") ok = int_flag("--ns", &o->ns);
+    else if (a == "--batch") ok = int_flag("--batch", &o->batch);
+    else if (a == "--heads") ok = int_flag("--heads", &o->heads);
+    else if (a == "--kv-heads") ok = int_flag("--kv-heads", &o->kv_heads);
+    else if (a == "--head-dim") ok = int_flag("--head-dim", &o->head_dim);
+    else if (a == "--chunk") ok = int_flag("--chunk", &o->chunk);
+    else if (a == "--threads") ok = int_flag("--threads", &o->threads);
+    else if (a == "--iters") ok = int_flag("--iters", &o->iters);
+    else if (a == "--naive-iters") ok = int_flag("--naive-iters", &o->naive_iters);
+    else if (a == "--kv-dtype") {
+      const char* v = value("--kv-dtype");
+      ok = v != nullptr && ParseDType(v, &o->kv_dtype);
+      if (v != nullptr && !ok) std::cerr << "attention: --kv-dtype is f32, f16 or bf16\n";
+    } else if (a == "--isa") {
+      const char* v = value("--isa");
+      bool parsed = false;
+      if (v != nullptr) o->isa = kc::ParseCpuIsa(v, &parsed);
+      ok = v != nullptr && parsed;
+    } else if (a == "--sweep") {
+      const char* v = value("--sweep");
+      ok = v != nullptr;
+      if (ok) {
+        o->sweep_batches.clear();
+        std::string s = v;
+        for (size_t at = 0; at <= s.size();) {
+          const size_t comma = std::min(s.find(',', at), s.size());
+          o->sweep_batches.push_back(std::atoi(s.substr(at, comma - at).c_str()));
+          at = comma + 1;
+        }
+      }
+    } else if (a == "--json") o->json = true;
+    else if (a == "--no-naive") o->naive = false;
+    else if (a == "--grid") o->grid = true;
+    else if (a == "--warm") o->warm = true;
+    else if (a == "--paged-head-major") o->paged_head_major = true;
+    else {
+      std::cerr << "attention: unknown flag " << a << " (--help)\n";
+      return 2;
+    }
+    if (!ok) return 2;
+  }
+  if (o->kv_heads <= 0) o->kv_heads = o->heads;
+  if (o->threads <= 0) o->threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  if (o->np < 1 || o->ns < 0 || o->ns > o->np || o->batch < 1 || o->heads < 1 || o->kv_heads < 1 ||
+      o->heads % o->kv_heads != 0 || o->head_dim < 1 || o->head_dim > kc::kMaxHeadDim ||
+      o->chunk < kc::kMinChunkSize || o->chunk > kc::kMaxChunkSize || o->iters < 1) {
+    std::cerr << "attention: invalid shape (need 0 <= ns <= np, heads % kv-heads == 0, head-dim <= "
+              << kc::kMaxHeadDim << ", chunk in [" << kc::kMinChunkSize << ", " << kc::kMaxChunkSize
+              << "])\n";
+    return 2;
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------------------------------------------
+// The synthetic layout: plan arrays for TPP, block lists for paged.
+// TODO(cleanup): build the plan with runtime/plan's TppPlan once it lands.
+// ------------------------------------------------------------------------------------------------
+struct BenchLayout {
+  int32_t num_seqs = 0;
+  int32_t num_slots = 0;
+  int64_t shared_tokens = 0;   // stored once
+  int64_t private_tokens = 0;  // summed over sequences
+  std::vector<int32_t> shared_slot, shared_len, shared_seq_begin, shared_seq_end, shared_partial_offset;
+  int32_t num_partial_rows = 0;
+  std::vector<int32_t> seq_shared_indptr{0}, seq_shared_ids, private_indptr{0}, private_slot, private_len;
+  std::vector<int32_t> block_indptr{0}, block_slot, block_len;
+
+  TppPlanView Plan() const {
+    TppPlanView p;
+    p.num_seqs = num_seqs;
+    p.num_shared = static_cast<int32_t>(shared_slot.size());
+    p.shared_slot = shared_slot.data();
+    p.shared_len = shared_len.data();
+    p.shared_seq_begin = shared_seq_begin.data();
+    p.shared_seq_end = shared_seq_end.data();
+    p.shared_partial_offset = shared_partial_offset.data();
+    p.num_partial_rows = num_partial_rows;
+    p.seq_shared_indptr = seq_shared_indptr.data();
+    p.seq_shared_ids = seq_shared_ids.data();
+    p.private_indptr = private_indptr.data();
+    p.private_slot = private_slot.data();
+    p.private_len = private_len.data();
+    return p;
+  }
+};
+
+BenchLayout BuildLayout(int32_t batch, int32_t chunk, int64_t np, int64_t ns) {
+  BenchLayout l;
+  l.num_seqs = batch;
+  const bool share = batch >= 2;  // one sequence shares nothing: its prefix is private
+  const int64_t shared = share ? ns : 0;
+  const int64_t priv = np - shared;
+  const int32_t shared_chunks = static_cast<int32_t>((shared + chunk - 1) / chunk);
+  const int32_t private_chunks = static_cast<int32_t>((priv + chunk - 1) / chunk);
+  l.num_slots = shared_chunks + batch * private_chunks;
+  // Slots in a shuffled order, as a free list hands them out after some churn.
+  std::vector<int32_t> slots(static_cast<size_t>(l.num_slots));
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), std::mt19937(1234));
+  size_t next = 0;
+  std::vector<int32_t> shared_slots, shared_lens;
+  for (int32_t i = 0; i < shared_chunks; ++i) {
+    const int32_t len = static_cast<int32_t>(std::min<int64_t>(chunk, shared - int64_t{i} * chunk));
+    l.shared_slot.push_back(slots[next++]);
+    l.shared_len.push_back(len);
+    l.shared_seq_begin.push_back(0);
+    l.shared_seq_end.push_back(batch);
+    l.shared_partial_offset.push_back(l.num_partial_rows);
+    l.num_partial_rows += batch;
+    l.shared_tokens += len;
+  }
+  for (int32_t s = 0; s < batch; ++s) {
+    for (int32_t i = 0; i < shared_chunks; ++i) {
+      l.seq_shared_ids.push_back(i);
+      l.block_slot.push_back(l.shared_slot[i]);
+      l.block_len.push_back(l.shared_len[i]);
+    }
+    for (int32_t i = 0; i < private_chunks; ++i) {
+      const int32_t len = static_cast<int32_t>(std::min<int64_t>(chunk, priv - int64_t{i} * chunk));
+      l.private_slot.push_back(slots[next++]);
+      l.private_len.push_back(len);
+      l.block_slot.push_back(l.private_slot.back());
+      l.block_len.push_back(len);
+      l.private_tokens += len;
+    }
+    l.seq_shared_indptr.push_back(static_cast<int32_t>(l.seq_shared_ids.size()));
+    l.private_indptr.push_back(static_cast<int32_t>(l.private_slot.size()));
+    l.block_indptr.push_back(static_cast<int32_t>(l.block_slot.size()));
+  }
+  return l;
+}
+
+// Fast deterministic fill: values in [-1, 1) from a per-thread xorshift, stored in the dtype.
+void FillRandom(void* data, size_t n, DType dtype, uint64_t seed, kc::ThreadPool& pool) {
+  auto fill = [&](int64_t begin, int64_t end, int32_t) {
+    for (int64_t part = begin; part < end; ++part) {
+      const size_t lo = n * static_cast<size_t>(part) / 64;
+      const size_t hi = n * static_cast<size_t>(part + 1) / 64;
+      uint64_t x = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(part) * 0xbf58476d1ce4e5b9ull + 1;
+      for (size_t i = lo; i < hi; ++i) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        const float f = static_cast<float>(x >> 40) * (2.0f / 16777216.0f) - 1.0f;
+        if (dtype == DType::kF32) {
+          static_cast<float*>(data)[i] = f;
+        } else if (dtype == DType::kF16) {
+          static_cast<uint16_t*>(data)[i] = kc::FloatToHalf(f);
+        } else {
+          static_cast<uint16_t*>(data)[i] = kc::FloatToBf16(f);
+        }
+      }
+    }
+  };
+  pool.ParallelFor(64, 1, 0, fill);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct Timing {
+  double median_ms = 0.0;
+  double min_ms = 0.0;
+  int32_t iters = 0;
+};
+
+template <typename F>
+Timing Time(int32_t iters, bool warm, F run) {
+  std::vector<double> ms;
+  for (int32_t i = 0; i < iters; ++i) {
+    if (!warm) FlushCaches();
+    const auto start = Clock::now();
+    run();
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  }
+  return {Median(ms), *std::min_element(ms.begin(), ms.end()), iters};
+}
+
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::abs(static_cast<double>(a[i]) - b[i]);
+    if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d;
+  }
+  return worst;
+}
+
+struct Result {
+  std::string impl;
+  Timing timing;
+  bool ran = false;
+};
+
+struct Config {
+  int64_t np, ns;
+  int32_t batch;
+};
+
+// One configuration: builds the data, checks the implementations agree, times them.
+// Returns false when the implementations disagree or a kernel fails.
+bool RunConfig(const Options& o, const Config& cfg, MachinePeaks& peaks, kc::ThreadPool& pool,
+               bool run_naive, std::vector<Result>* results) {
+  const BenchLayout layout = BuildLayout(cfg.batch, o.chunk, cfg.np, cfg.ns);
+  const size_t elem = kernels::DTypeSize(o.kv_dtype);
+  const size_t block_elems = static_cast<size_t>(o.chunk) * o.head_dim;
+  const size_t arena_elems = static_cast<size_t>(layout.num_slots) * o.kv_heads * block_elems;
+  std::unique_ptr<void, decltype(&std::free)> k(AllocateLarge(arena_elems * elem), &std::free);
+  std::unique_ptr<void, decltype(&std::free)> v(AllocateLarge(arena_elems * elem), &std::free);
+  if (k == nullptr || v == nullptr) {
+    std::cerr << "attention: cannot allocate the KV arena (" << 2 * arena_elems * elem / (1 << 20) << " MiB)\n";
+    return false;
+  }
+  FillRandom(k.get(), arena_elems, o.kv_dtype, 1, pool);
+  FillRandom(v.get(), arena_elems, o.kv_dtype, 2, pool);
+
+  KvCacheView kv;
+  kv.k = k.get();
+  kv.v = v.get();
+  kv.dtype = o.kv_dtype;
+  kv.num_slots = layout.num_slots;
+  kv.num_kv_heads = o.kv_heads;
+  kv.chunk_size = o.chunk;
+  kv.head_dim = o.head_dim;
+
+  const size_t qn = static_cast<size_t>(cfg.batch) * o.heads * o.head_dim;
+  std::vector<float> q(qn);
+  FillRandom(q.data(), qn, DType::kF32, 3, pool);
+  for (float& x : q) x *= 2.0f;
+  const float sm_scale = 1.0f / std::sqrt(static_cast<float>(o.head_dim));
+
+  const TppPlanView plan = layout.Plan();
+  std::vector<unsigned char> workspace(kc::TppDecodeWorkspaceBytes(plan, o.heads, o.head_dim));
+  std::vector<float> o_tpp(qn), o_paged(qn), o_paged_hm(qn), o_naive(qn);
+
+  kc::TppDecodeParams tp;
+  tp.q = q.data();
+  tp.o = o_tpp.data();
+  tp.kv = kv;
+  tp.plan = plan;
+  tp.num_qo_heads = o.heads;
+  tp.sm_scale = sm_scale;
+  tp.workspace = workspace.data();
+  tp.workspace_bytes = workspace.size();
+  tp.pool = &pool;
+  tp.num_threads = o.threads;
+  tp.isa = o.isa;
+
+  kc::PagedDecodeParams pp;
+  pp.q = q.data();
+  pp.o = o_paged.data();
+  pp.kv = kv;
+  pp.num_seqs = cfg.batch;
+  pp.num_qo_heads = o.heads;
+  pp.block_indptr = layout.block_indptr.data();
+  pp.block_slot = layout.block_slot.data();
+  pp.block_len = layout.block_len.data();
+  pp.sm_scale = sm_scale;
+  pp.pool = &pool;
+  pp.num_threads = o.threads;
+  pp.isa = o.isa;
+  kc::PagedDecodeParams pp_hm = pp;
+  pp_hm.o = o_paged_hm.data();
+  pp_hm.order = kc::PagedTaskOrder::kHeadMajor;
+
+  kc::KernelStatus st = kc::TppDecode(tp);
+  if (st == kc::KernelStatus::kOk) st = kc::PagedDecode(pp);
+  if (st == kc::KernelStatus::kOk && o.paged_head_major) st = kc::PagedDecode(pp_hm);
+  if (st != kc::KernelStatus::kOk) {
+    std::cerr << "attention: kernel failed: " << kc::KernelStatusName(st) << "\n";
+    return false;
+  }
+  // fp32 accumulation in different orders: agreement to ~1e-5 on outputs of magnitude <= 1.
+  constexpr double kAgree = 2e-4;
+  const double tpp_vs_paged = MaxAbsDiff(o_tpp, o_paged);
+  if (!(tpp_vs_paged <= kAgree)) {
+    std::cerr << "attention: tpp and paged disagree: max |diff| = " << tpp_vs_paged << "\n";
+    return false;
+  }
+
+  std::vector<int64_t> kv_begin, kv_end;
+  std::vector<unsigned char> ck, cv;
+  kc::NaiveAttentionParams np;
+  if (run_naive) {
+    // The naive reference reads contiguous per-sequence K/V: [tokens, kv_heads, head_dim].
+    const size_t row = static_cast<size_t>(o.head_dim) * elem;
+    const size_t total_tokens = static_cast<size_t>(cfg.batch) * cfg.np;
+    ck.resize(total_tokens * o.kv_heads * row);
+    cv.resize(total_tokens * o.kv_heads * row);
+    size_t at = 0;
+    for (int32_t s = 0; s < cfg.batch; ++s) {
+      kv_begin.push_back(static_cast<int64_t>(at / (o.kv_heads * row)));
+      for (int32_t j = layout.block_indptr[s]; j < layout.block_indptr[s + 1]; ++j) {
+        for (int32_t t = 0; t < layout.block_len[j]; ++t) {
+          for (int32_t h = 0; h < o.kv_heads; ++h) {
+            const size_t src = ((static_cast<size_t>(layout.block_slot[j]) * o.kv_heads + h) * o.chunk + t) * row;
+            std::memcpy(&ck[at], static_cast<const unsigned char*>(kv.k) + src, row);
+            std::memcpy(&cv[at], static_cast<const unsigned char*>(kv.v) + src, row);
+            at += row;
+          }
+        }
+      }
+      kv_end.push_back(static_cast<int64_t>(at / (o.kv_heads * row)));
+    }
+    np.q = q.data();
+    np.o = o_naive.data();
+    np.k = ck.data();
+    np.v = cv.data();
+    np.dtype = o.kv_dtype;
+    np.num_kv_tokens = static_cast<int64_t>(total_tokens);
+    np.kv_begin = kv_begin.data();
+    np.kv_end = kv_end.data();
+    np.num_queries = cfg.batch;
+    np.num_qo_heads = o.heads;
+    np.num_kv_heads = o.kv_heads;
+    np.head_dim = o.head_dim;
+    np.sm_scale = sm_scale;
+    np.pool = &pool;
+    np.num_threads = o.threads;
+  }
+
+  results->clear();
+  RemeasureMachinePeaks(&peaks);
+  if (run_naive) {
+    Result r{"naive", Time(std::max(1, std::min(o.naive_iters, o.iters)), o.warm, [&] {
+               (void)kc::NaiveAttention(np);
+             }), true};
+    const double diff = MaxAbsDiff(o_tpp, o_naive);
+    if (!(diff <= kAgree)) {
+      std::cerr << "attention: tpp and naive disagree: max |diff| = " << diff << "\n";
+      return false;
+    }
+    results->push_back(r);
+  }
+  results->push_back({"paged", Time(o.iters, o.warm, [&] { (void)kc::PagedDecode(pp); }), true});
+  if (o.paged_head_major) {
+    results->push_back({"paged_hm", Time(o.iters, o.warm, [&] { (void)kc::PagedDecode(pp_hm); }), true});
+  }
+  results->push_back({"tpp", Time(o.iters, o.warm, [&] { (void)kc::TppDecode(tp); }), true});
+  RemeasureMachinePeaks(&peaks);
+  return true;
+}
+
+// Minimal bytes and FLOPs of a configuration (the same for every implementation).
+struct Work {
+  double bytes;
+  double flops;
+};
+
+Work WorkOf(const Options& o, const Config& cfg) {
+  const BenchLayout layout = BuildLayout(cfg.batch, o.chunk, cfg.np, cfg.ns);
+  const double kv_row = 2.0 * o.kv_heads * o.head_dim * static_cast<double>(kernels::DTypeSize(o.kv_dtype));
+  const double qo = 2.0 * cfg.batch * o.heads * o.head_dim * sizeof(float);
+  return {static_cast<double>(layout.shared_tokens + layout.private_tokens) * kv_row + qo,
+          4.0 * cfg.batch * static_cast<double>(cfg.np) * o.heads * o.head_dim};
+}
+
+double FloorMs(const Work& w, const MachinePeaks& peaks) {
+  return 1e3 * std::max(w.bytes / (peaks.read_gbs * 1e9), w.flops / (peaks.fma_gflops * 1e9));
+}
+
+void EmitJson(const Options& o, const Config& cfg, const MachinePeaks& peaks, const Result& r,
+              const char* section) {
+  const Work w = WorkOf(o, cfg);
+  const double floor_ms = FloorMs(w, peaks);
+  nlohmann::json j;
+  j["bench"] = "attention";
+  j["section"] = section;
+  j["impl"] = r.impl;
+  j["np"] = cfg.np;
+  j["ns"] = cfg.ns;
+  j["batch"] = cfg.batch;
+  j["heads"] = o.heads;
+  j["kv_heads"] = o.kv_heads;
+  j["head_dim"] = o.head_dim;
+  j["chunk"] = o.chunk;
+  j["kv_dtype"] = DTypeName(o.kv_dtype);
+  j["threads"] = o.threads;
+  kc::KernelStatus isa_status;
+  j["isa"] = kc::CpuIsaName(kc::ResolveCpuIsa(o.isa, &isa_status));
+  j["iters"] = r.timing.iters;
+  j["cache"] = o.warm ? "warm" : "cold";
+  j["median_ms"] = r.timing.median_ms;
+  j["min_ms"] = r.timing.min_ms;
+  j["floor_ms"] = floor_ms;
+  j["efficiency"] = floor_ms / r.timing.median_ms;
+  j["bytes"] = w.bytes;
+  j["flops"] = w.flops;
+  j["bandwidth_gbs"] = peaks.read_gbs;
+  j["fma_gflops"] = peaks.fma_gflops;
+  j["achieved_gbs"] = w.bytes / (r.timing.median_ms * 1e6);
+  j["achieved_gflops"] = w.flops / (r.timing.median_ms * 1e6);
+  j["tokens_per_s"] = cfg.batch / (r.timing.median_ms * 1e-3);
+  std::cout << j.dump() << std::endl;
+}
+
+const Result* Find(const std::vector<Result>& rs, const char* impl) {
+  for (const Result& r : rs) {
+    if (r.impl == impl) return &r;
+  }
+  return nullptr;
+}
+
+// One measured configuration; printed once everything has run, so that every floor uses the
+// best bandwidth and FMA peak the machine showed during the whole run.
+struct Measured {
+  const char* section;  // "single", "table3", "figure4"
+  Config cfg;
+  std::vector<Result> results;
+};
+
+void PrintHeader(const Options& o, const MachinePeaks& peaks) {
+  kc::KernelStatus isa_status;
+  const kc::CpuIsa isa = kc::ResolveCpuIsa(o.isa, &isa_status);
+  std::printf("machine: %d threads; read bandwidth %.1f GB/s (best pass of the run; lowest %.1f), "
+              "FMA peak %.1f GFLOP/s\n",
+              peaks.threads, peaks.read_gbs, peaks.read_gbs_low, peaks.fma_gflops);
+  std::printf("kernels: %s; KV %s; heads %d, kv heads %d, head dim %d, chunk %d; caches %s\n",
+              kc::CpuIsaName(isa), DTypeName(o.kv_dtype), o.heads, o.kv_heads, o.head_dim, o.chunk,
+              o.warm ? "warm" : "flushed before every timed iteration");
+}
+
+void PrintSingle(const Options& o, const MachinePeaks& peaks, const Measured& m) {
+  const Work w = WorkOf(o, m.cfg);
+  const double floor_ms = FloorMs(w, peaks);
+  std::printf("np %lld, ns %lld, batch %d: minimal %.1f MB, %.3f GFLOP, floor %.3f ms (%s-bound)\n",
+              static_cast<long long>(m.cfg.np), static_cast<long long>(m.cfg.ns), m.cfg.batch,
+              w.bytes / 1e6, w.flops / 1e9, floor_ms,
+              w.bytes / (peaks.read_gbs * 1e9) >= w.flops / (peaks.fma_gflops * 1e9) ? "memory" : "compute");
+  std::printf("%-9s %10s %10s %10s %8s %9s %9s\n", "impl", "median_ms", "min_ms", "floor_ms",
+              "effic.", "GB/s", "GFLOP/s");
+  for (const Result& r : m.results) {
+    std::printf("%-9s %10.3f %10.3f %10.3f %8.3f %9.1f %9.1f\n", r.impl.c_str(), r.timing.median_ms,
+                r.timing.min_ms, floor_ms, floor_ms / r.timing.median_ms,
+                w.bytes / (r.timing.median_ms * 1e6), w.flops / (r.timing.median_ms * 1e6));
+  }
+  const Result* paged = Find(m.results, "paged");
+  const Result* tpp = Find(m.results, "tpp");
+  if (paged != nullptr && tpp != nullptr) {
+    std::printf("tpp speedup over paged: %.2fx\n", paged->timing.median_ms / tpp->timing.median_ms);
+  }
+}
+
+void PrintTable3(const Options& o, const MachinePeaks& peaks, const std::vector<Measured>& all) {
+  std::printf("\nTable 3: latency (ms, median of %d; naive: of %d), batch %d; efficiency = floor / median\n",
+              o.iters, std::max(1, std::min(o.naive_iters, o.iters)), o.batch);
+  std::printf("%6s %6s %10s %10s%s %10s %9s %9s %8s %9s\n", "np", "ns", "naive", "paged",
+              o.paged_head_major ? "   paged_hm" : "", "tpp", "tpp/paged", "floor_ms", "tpp_eff",
+              "paged_eff");
+  for (const Measured& m : all) {
+    if (std::strcmp(m.section, "table3") != 0) continue;
+    const double floor_ms = FloorMs(WorkOf(o, m.cfg), peaks);
+    const Result* naive = Find(m.results, "naive");
+    const Result* paged = Find(m.results, "paged");
+    const Result* paged_hm = Find(m.results, "paged_hm");
+    const Result* tpp = Find(m.results, "tpp");
+    char naive_s[32] = "-";
+    if (naive != nullptr) std::snprintf(naive_s, sizeof(naive_s), "%.2f", naive->timing.median_ms);
+    char hm_s[32] = "";
+    if (paged_hm != nullptr) std::snprintf(hm_s, sizeof(hm_s), " %10.2f", paged_hm->timing.median_ms);
+    std::printf("%6lld %6lld %10s %10.2f%s %10.2f %8.2fx %9.2f %8.2f %9.2f\n",
+                static_cast<long long>(m.cfg.np), static_cast<long long>(m.cfg.ns), naive_s,
+                paged->timing.median_ms, hm_s, tpp->timing.median_ms,
+                paged->timing.median_ms / tpp->timing.median_ms, floor_ms,
+                floor_ms / tpp->timing.median_ms, floor_ms / paged->timing.median_ms);
+  }
+}
+
+void PrintFigure4(const Options& o, const MachinePeaks& peaks, const std::vector<Measured>& all) {
+  std::printf("\nFigure 4: batch sweep at np %lld, ns %lld (latency ms, tokens/s = batch / latency)\n",
+              static_cast<long long>(o.np), static_cast<long long>(o.ns));
+  std::printf("%6s %10s %10s %12s %12s %9s %8s\n", "batch", "paged_ms", "tpp_ms", "paged_tok/s",
+              "tpp_tok/s", "tpp/paged", "tpp_eff");
+  for (const Measured& m : all) {
+    if (std::strcmp(m.section, "figure4") != 0) continue;
+    const Result* paged = Find(m.results, "paged");
+    const Result* tpp = Find(m.results, "tpp");
+    const double floor_ms = FloorMs(WorkOf(o, m.cfg), peaks);
+    std::printf("%6d %10.2f %10.2f %12.0f %12.0f %8.2fx %8.2f\n", m.cfg.batch, paged->timing.median_ms,
+                tpp->timing.median_ms, m.cfg.batch / (paged->timing.median_ms * 1e-3),
+                m.cfg.batch / (tpp->timing.median_ms * 1e-3),
+                paged->timing.median_ms / tpp->timing.median_ms, floor_ms / tpp->timing.median_ms);
+  }
+}
+
+// Runs the configurations of the mode; false when one fails (the error is printed).
+bool RunAll(const Options& o, kc::ThreadPool& pool, MachinePeaks& peaks, std::vector<Measured>* all) {
+  auto run = [&](const char* section, const Config& cfg, bool naive) {
+    Measured m{section, cfg, {}};
+    if (!o.json) {
+      std::fprintf(stderr, "attention: %s np %lld ns %lld batch %d...\n", section,
+                   static_cast<long long>(cfg.np), static_cast<long long>(cfg.ns), cfg.batch);
+    }
+    if (!RunConfig(o, cfg, peaks, pool, naive, &m.results)) return false;
+    all->push_back(std::move(m));
+    return true;
+  };
+  if (!o.grid) return run("single", Config{o.np, o.ns, o.batch}, o.naive);
+  for (int64_t np : {1024, 2048, 4096}) {
+    for (int64_t ns : {int64_t{0}, np / 2, 3 * np / 4, np}) {
+      if (!run("table3", Config{np, ns, o.batch}, o.naive)) return false;
+    }
+  }
+  for (int32_t batch : o.sweep_batches) {
+    if (batch >= 1 && !run("figure4", Config{o.np, o.ns, batch}, false)) return false;
+  }
+  return true;
+}
+
+int AttentionMain(int argc, char** argv) {
+  Options o;
+  const int parsed = ParseFlags(argc, argv, &o);
+  if (parsed != 0) return parsed == 1 ? 0 : 2;
+  kc::KernelStatus isa_status;
+  kc::ResolveCpuIsa(o.isa, &isa_status);
+  if (isa_status != kc::KernelStatus::kOk) {
+    std::cerr << "attention: --isa " << kc::CpuIsaName(o.isa) << " is not supported on this CPU\n";
+    return 2;
+  }
+  kc::ThreadPool pool(o.threads);
+  MachinePeaks peaks = MeasureMachinePeaks(o.threads);
+  std::vector<Measured> all;
+  const bool ok = RunAll(o, pool, peaks, &all);
+  if (o.json) {
+    for (const Measured& m : all) {
+      for (const Result& r : m.results) EmitJson(o, m.cfg, peaks, r, m.section);
+    }
+  } else {
+    PrintHeader(o, peaks);
+    for (const Measured& m : all) {
+      if (std::strcmp(m.section, "single") == 0) PrintSingle(o, peaks, m);
+    }
+    if (o.grid) {
+      PrintTable3(o, peaks, all);
+      PrintFigure4(o, peaks, all);
+    }
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+CHUNKSERVE_REGISTER_BENCH(attention, "decode attention: naive vs paged vs tpp (paper Table 3, Figure 4)",
+                          AttentionMain);
+
+}  // namespace chunkserve::bench

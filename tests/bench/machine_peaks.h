@@ -1,0 +1,48 @@
+// This machine's limits, measured by the benchmarks themselves in the same run: the floors that
+// benchmark efficiencies are computed against.
+//
+//  * Read bandwidth: every thread streams its slice of a buffer much larger than the last-level
+//    cache (AVX2 loads where available); best of several passes, so the floor is optimistic.
+//  * FMA peak: every thread runs a loop of independent register-resident FMAs (12 accumulators of
+//    8 fp32 lanes with AVX2+FMA, SSE multiply-add otherwise); FLOPs count 2 per lane per FMA.
+#ifndef CHUNKSERVE_TESTS_BENCH_MACHINE_PEAKS_H_
+#define CHUNKSERVE_TESTS_BENCH_MACHINE_PEAKS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace chunkserve::bench {
+
+struct MachinePeaks {
+  int32_t threads = 1;
+  double read_gbs = 0.0;    // GB/s (1e9 bytes): the best measured so far
+  double fma_gflops = 0.0;  // GFLOP/s, fp32: the best measured so far
+  double read_gbs_low = 0.0;  // the worst bandwidth measured so far (shared machines vary)
+  size_t buffer_bytes = 0;
+};
+
+// Measures both with `threads` threads over a buffer of `buffer_bytes` (0: 16x the L3 size or
+// 512 MiB, whichever is larger).
+MachinePeaks MeasureMachinePeaks(int32_t threads, size_t buffer_bytes = 0);
+
+// Measures again (fewer passes) and keeps the best values: on a shared or virtualized machine the
+// bandwidth available changes over minutes, and a floor must use what the machine can do.
+void RemeasureMachinePeaks(MachinePeaks* peaks);
+
+double MeasureReadBandwidth(int32_t threads, size_t buffer_bytes, int32_t passes);
+double MeasureFmaPeak(int32_t threads);
+
+// Evicts the caches by streaming a buffer of several times the last-level cache (reads and writes,
+// a few ms); benchmarks call it between timed iterations to measure cold-cache kernels.
+void FlushCaches();
+
+// Last-level cache size in bytes from sysconf, or 32 MiB when unknown.
+size_t LastLevelCacheBytes();
+
+// Allocates `bytes` aligned to 2 MiB and asks for transparent huge pages (benchmarks use it for
+// big buffers, such as the KV arena, so page walks do not distort streaming). Free with std::free.
+void* AllocateLarge(size_t bytes);
+
+}  // namespace chunkserve::bench
+
+#endif  // CHUNKSERVE_TESTS_BENCH_MACHINE_PEAKS_H_
