@@ -1,0 +1,323 @@
+#include "runtime/backend/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/dtype.h"
+#include "kernels/cpu/kv_append.h"
+#include "kernels/cpu/model_ops.h"
+
+namespace chunkserve::backend {
+namespace {
+
+namespace kc = ::chunkserve::kernels::cpu;
+
+Status FromKernel(kc::KernelStatus s, const char* what) {
+  if (s == kc::KernelStatus::kOk) return Status::Ok();
+  return Status::Internal(std::string(what) + " failed: " + kc::KernelStatusName(s));
+}
+
+std::vector<float> Widen(const void* src, model::DType dtype, size_t n) {
+  std::vector<float> out(n);
+  if (src != nullptr) kc::ConvertToFloat(dtype, src, out.data(), n);
+  return out;
+}
+
+// y[T, out] = x[T, in] * W[out, in]^T (+ bias): the layout of Hugging Face's Linear weights.
+// OpenBLAS runs single-threaded; the output columns are split over the kernels' thread pool, so
+// one set of threads serves GEMMs and attention alike (two pools spinning against each other on
+// the same cores cost more in system time than the GEMMs themselves).
+void Linear(kc::ThreadPool* pool, const float* x, const std::vector<float>& w,
+            const std::vector<float>& bias, float* y, int32_t tokens, int32_t in, int32_t out,
+            bool accumulate) {
+  const int32_t parts = std::min<int32_t>(pool->num_threads(), std::max<int32_t>(1, out / 64));
+  auto run = [&](int64_t begin, int64_t end, int32_t) {
+    for (int64_t p = begin; p < end; ++p) {
+      // Column ranges aligned to 16 floats so every part starts on a cache-line boundary.
+      const int32_t c0 = static_cast<int32_t>((out * p / parts) & ~15);
+      const int32_t c1 = p + 1 == parts ? out : static_cast<int32_t>((out * (p + 1) / parts) & ~15);
+      if (c1 <= c0) continue;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tokens, c1 - c0, in, 1.0f, x, in,
+                  w.data() + static_cast<size_t>(c0) * in, in, accumulate ? 1.0f : 0.0f, y + c0,
+                  out);
+      if (!bias.empty()) {
+        for (int32_t t = 0; t < tokens; ++t) {
+          for (int32_t j = c0; j < c1; ++j) y[static_cast<size_t>(t) * out + j] += bias[j];
+        }
+      }
+    }
+  };
+  pool->ParallelFor(parts, 1, 0, run);
+}
+
+template <typename T>
+void Grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(const model::ModelConfig& config, const CpuBackendOptions& options)
+    : config_(config), options_(options) {}
+
+CpuBackend::~CpuBackend() {
+  std::free(k_arena_);
+  std::free(v_arena_);
+}
+
+Result<std::unique_ptr<CpuBackend>> CpuBackend::Create(const model::LoadedModel& model,
+                                                       const CpuBackendOptions& options) {
+  const model::ModelConfig& c = model.config();
+  if (options.num_slots < 1) return Status::InvalidArgument("num_slots must be >= 1");
+  if (options.chunk_size < kc::kMinChunkSize || options.chunk_size > kc::kMaxChunkSize) {
+    return Status::InvalidArgument("chunk_size must be in [16, 256], got " +
+                                   std::to_string(options.chunk_size));
+  }
+  if (c.head_dim > kc::kMaxHeadDim) {
+    return Status::Unimplemented("head_dim " + std::to_string(c.head_dim) + " exceeds " +
+                                 std::to_string(kc::kMaxHeadDim));
+  }
+  std::unique_ptr<CpuBackend> b(new CpuBackend(c, options));
+  b->shape_ = KvArenaShape{.num_layers = c.num_layers,
+                           .num_slots = options.num_slots,
+                           .num_kv_heads = c.num_kv_heads,
+                           .chunk_size = options.chunk_size,
+                           .head_dim = c.head_dim,
+                           .dtype = options.kv_dtype};
+  b->layer_arena_bytes_ = static_cast<size_t>(options.num_slots) * c.num_kv_heads *
+                          options.chunk_size * c.head_dim * kernels::DTypeSize(options.kv_dtype);
+  const size_t arena = b->layer_arena_bytes_ * c.num_layers;
+  const size_t rounded = (arena + 63) / 64 * 64;
+  b->k_arena_ = static_cast<unsigned char*>(std::aligned_alloc(64, rounded));
+  b->v_arena_ = static_cast<unsigned char*>(std::aligned_alloc(64, rounded));
+  if (b->k_arena_ == nullptr || b->v_arena_ == nullptr) {
+    return Status::ResourceExhausted("cannot allocate a KV arena of 2 x " + std::to_string(arena) +
+                                     " bytes");
+  }
+  // Zeroed so a kernel bug that reads an unwritten position reads zeros, never stale garbage.
+  std::memset(b->k_arena_, 0, rounded);
+  std::memset(b->v_arena_, 0, rounded);
+
+  b->pool_ = std::make_unique<kc::ThreadPool>(options.num_threads);
+  openblas_set_num_threads(1);
+
+  const model::LlamaWeights& w = model.weights();
+  const size_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), inter = c.intermediate_size;
+  b->embed_ = Widen(w.embed_tokens, w.dtype, c.vocab_size * h);
+  b->final_norm_ = Widen(w.final_norm, w.dtype, h);
+  if (w.lm_head != w.embed_tokens) b->lm_head_ = Widen(w.lm_head, w.dtype, c.vocab_size * h);
+  b->layers_.resize(c.num_layers);
+  for (int32_t i = 0; i < c.num_layers; ++i) {
+    const model::LlamaLayerWeights& lw = w.layers[i];
+    Layer& l = b->layers_[i];
+    l.input_norm = Widen(lw.input_norm, w.dtype, h);
+    l.q_proj = Widen(lw.q_proj, w.dtype, q * h);
+    l.k_proj = Widen(lw.k_proj, w.dtype, kv * h);
+    l.v_proj = Widen(lw.v_proj, w.dtype, kv * h);
+    l.o_proj = Widen(lw.o_proj, w.dtype, h * q);
+    if (lw.q_bias) l.q_bias = Widen(lw.q_bias, w.dtype, q);
+    if (lw.k_bias) l.k_bias = Widen(lw.k_bias, w.dtype, kv);
+    if (lw.v_bias) l.v_bias = Widen(lw.v_bias, w.dtype, kv);
+    if (lw.o_bias) l.o_bias = Widen(lw.o_bias, w.dtype, h);
+    l.post_norm = Widen(lw.post_attention_norm, w.dtype, h);
+    l.gate_proj = Widen(lw.gate_proj, w.dtype, inter * h);
+    l.up_proj = Widen(lw.up_proj, w.dtype, inter * h);
+    l.down_proj = Widen(lw.down_proj, w.dtype, h * inter);
+  }
+  b->inv_freq_ = model::RopeInverseFrequencies(c);
+  return b;
+}
+
+void* CpuBackend::LayerK(int32_t layer) const {
+  return k_arena_ + static_cast<size_t>(layer) * layer_arena_bytes_;
+}
+void* CpuBackend::LayerV(int32_t layer) const {
+  return v_arena_ + static_cast<size_t>(layer) * layer_arena_bytes_;
+}
+
+Status CpuBackend::ValidateBatch(const StepBatch& b, size_t logits_size) const {
+  const size_t n = b.tokens.size();
+  if (b.positions.size() != n || b.kv_slot.size() != n || b.kv_offset.size() != n) {
+    return Status::InvalidArgument("step batch arrays disagree on the token count");
+  }
+  if (b.num_decode < 0 || static_cast<size_t>(b.num_decode) > n ||
+      (b.num_decode > 0 && b.decode_plan.num_seqs != b.num_decode)) {
+    return Status::InvalidArgument("decode rows and decode plan disagree");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (b.tokens[i] < 0 || b.tokens[i] >= config_.vocab_size) {
+      return Status::InvalidArgument("token id " + std::to_string(b.tokens[i]) +
+                                     " outside the vocabulary");
+    }
+    if (b.positions[i] < 0 || b.kv_slot[i] < 0 || b.kv_slot[i] >= shape_.num_slots ||
+        b.kv_offset[i] < 0 || b.kv_offset[i] >= shape_.chunk_size) {
+      return Status::InvalidArgument("token " + std::to_string(i) + " has a bad position or slot");
+    }
+  }
+  int32_t next = b.num_decode;
+  for (const PrefillSegment& s : b.prefill) {
+    if (s.token_begin != next || s.num_tokens < 1 || s.chunk_slots.size() != s.chunk_lens.size() ||
+        s.chunk_slots.empty()) {
+      return Status::InvalidArgument("prefill segments must tile the rows after the decode rows");
+    }
+    next += s.num_tokens;
+  }
+  if (static_cast<size_t>(next) != n) {
+    return Status::InvalidArgument("prefill segments do not cover every non-decode row");
+  }
+  for (int32_t r : b.logit_rows) {
+    if (r < 0 || static_cast<size_t>(r) >= n) return Status::InvalidArgument("bad logit row");
+  }
+  if (logits_size < b.logit_rows.size() * static_cast<size_t>(config_.vocab_size)) {
+    return Status::InvalidArgument("logits buffer too small");
+  }
+  return Status::Ok();
+}
+
+Status CpuBackend::Forward(const StepBatch& b, std::span<float> logits) {
+  CHUNKSERVE_RETURN_IF_ERROR(ValidateBatch(b, logits.size()));
+  const int32_t T = static_cast<int32_t>(b.tokens.size());
+  const size_t H = config_.hidden_size;
+
+  // Copies first: the writes and reads of this step may target the copies' destinations.
+  for (int32_t l = 0; l < config_.num_layers; ++l) {
+    const kc::KvArenaLayer layer{LayerK(l), LayerV(l), shape_.dtype, shape_.num_slots,
+                                 shape_.num_kv_heads, shape_.chunk_size, shape_.head_dim};
+    for (const KvCopyOp& c : b.kv_copies) {
+      CHUNKSERVE_RETURN_IF_ERROR(
+          FromKernel(kc::KvCopy(layer, c.src_slot, c.dst_slot, c.num_tokens), "KvCopy"));
+    }
+  }
+  if (T == 0) return Status::Ok();
+
+  Grow(x_, T * H);
+  for (int32_t t = 0; t < T; ++t) {
+    std::memcpy(&x_[t * H], &embed_[static_cast<size_t>(b.tokens[t]) * H], H * sizeof(float));
+  }
+  // Prefill attention indexes, shared by every layer.
+  q_indptr_.assign(1, 0);
+  q_pos_.clear();
+  chunk_indptr_.assign(1, 0);
+  chunk_slot_.clear();
+  chunk_len_.clear();
+  for (const PrefillSegment& s : b.prefill) {
+    q_indptr_.push_back(q_indptr_.back() + s.num_tokens);
+    for (int32_t i = 0; i < s.num_tokens; ++i) q_pos_.push_back(b.positions[s.token_begin + i]);
+    chunk_slot_.insert(chunk_slot_.end(), s.chunk_slots.begin(), s.chunk_slots.end());
+    chunk_len_.insert(chunk_len_.end(), s.chunk_lens.begin(), s.chunk_lens.end());
+    chunk_indptr_.push_back(static_cast<int32_t>(chunk_slot_.size()));
+  }
+  if (b.num_decode > 0) {
+    const size_t ws = kc::TppDecodeWorkspaceBytes(b.decode_plan, config_.num_qo_heads,
+                                                  config_.head_dim);
+    Grow(workspace_, ws);
+  }
+  for (int32_t l = 0; l < config_.num_layers; ++l) {
+    CHUNKSERVE_RETURN_IF_ERROR(RunLayer(l, b, T));
+  }
+
+  // Final norm and LM head, only for the rows the engine samples from.
+  const int32_t R = static_cast<int32_t>(b.logit_rows.size());
+  if (R == 0) return Status::Ok();  // a chunked-prefill step that completes no prompt
+  Grow(row_, R * H);
+  for (int32_t r = 0; r < R; ++r) {
+    std::memcpy(&row_[r * H], &x_[static_cast<size_t>(b.logit_rows[r]) * H], H * sizeof(float));
+  }
+  CHUNKSERVE_RETURN_IF_ERROR(FromKernel(
+      kc::RmsNorm(row_.data(), final_norm_.data(), row_.data(), R, config_.hidden_size,
+                  static_cast<float>(config_.rms_norm_eps)),
+      "RmsNorm"));
+  const std::vector<float>& head = lm_head_.empty() ? embed_ : lm_head_;
+  Linear(pool_.get(), row_.data(), head, {}, logits.data(), R, config_.hidden_size,
+         config_.vocab_size, false);
+  return Status::Ok();
+}
+
+Status CpuBackend::RunLayer(int32_t li, const StepBatch& b, int32_t T) {
+  const Layer& w = layers_[li];
+  const int32_t H = config_.hidden_size, Q = config_.q_dim(), KV = config_.kv_dim();
+  const int32_t I = config_.intermediate_size, hd = config_.head_dim;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  Grow(h_, static_cast<size_t>(T) * H);
+  Grow(q_, static_cast<size_t>(T) * Q);
+  Grow(k_, static_cast<size_t>(T) * KV);
+  Grow(v_, static_cast<size_t>(T) * KV);
+  Grow(attn_, static_cast<size_t>(T) * Q);
+
+  CHUNKSERVE_RETURN_IF_ERROR(
+      FromKernel(kc::RmsNorm(x_.data(), w.input_norm.data(), h_.data(), T, H, eps), "RmsNorm"));
+  Linear(pool_.get(), h_.data(), w.q_proj, w.q_bias, q_.data(), T, H, Q, false);
+  Linear(pool_.get(), h_.data(), w.k_proj, w.k_bias, k_.data(), T, H, KV, false);
+  Linear(pool_.get(), h_.data(), w.v_proj, w.v_bias, v_.data(), T, H, KV, false);
+  CHUNKSERVE_RETURN_IF_ERROR(FromKernel(
+      kc::ApplyRope(q_.data(), b.positions.data(), T, config_.num_qo_heads, hd, inv_freq_.data()),
+      "ApplyRope"));
+  CHUNKSERVE_RETURN_IF_ERROR(FromKernel(
+      kc::ApplyRope(k_.data(), b.positions.data(), T, config_.num_kv_heads, hd, inv_freq_.data()),
+      "ApplyRope"));
+
+  const kc::KvArenaLayer layer{LayerK(li), LayerV(li), shape_.dtype, shape_.num_slots,
+                               shape_.num_kv_heads, shape_.chunk_size, shape_.head_dim};
+  kc::KvAppendParams ap;
+  ap.kv = layer;
+  ap.k = k_.data();
+  ap.v = v_.data();
+  ap.slot = b.kv_slot.data();
+  ap.offset = b.kv_offset.data();
+  ap.num_tokens = T;
+  CHUNKSERVE_RETURN_IF_ERROR(FromKernel(kc::KvAppend(ap), "KvAppend"));
+
+  const float sm_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  if (b.num_decode > 0) {
+    kc::TppDecodeParams p;
+    p.q = q_.data();
+    p.o = attn_.data();
+    p.kv = layer.View();
+    p.plan = b.decode_plan;
+    p.num_qo_heads = config_.num_qo_heads;
+    p.sm_scale = sm_scale;
+    p.workspace = workspace_.data();
+    p.workspace_bytes = workspace_.size();
+    p.pool = pool_.get();
+    CHUNKSERVE_RETURN_IF_ERROR(FromKernel(kc::TppDecode(p), "TppDecode"));
+  }
+  if (!b.prefill.empty()) {
+    const size_t first = static_cast<size_t>(b.num_decode) * Q;
+    kc::PrefillAttentionParams p;
+    p.q = q_.data() + first;
+    p.o = attn_.data() + first;
+    p.kv = layer.View();
+    p.num_seqs = static_cast<int32_t>(b.prefill.size());
+    p.num_qo_heads = config_.num_qo_heads;
+    p.q_indptr = q_indptr_.data();
+    p.q_pos = q_pos_.data();
+    p.chunk_indptr = chunk_indptr_.data();
+    p.chunk_slot = chunk_slot_.data();
+    p.chunk_len = chunk_len_.data();
+    p.sm_scale = sm_scale;
+    p.pool = pool_.get();
+    CHUNKSERVE_RETURN_IF_ERROR(FromKernel(kc::PrefillAttention(p), "PrefillAttention"));
+  }
+  // x += attn * Wo^T (+ bo)
+  Linear(pool_.get(), attn_.data(), w.o_proj, w.o_bias, x_.data(), T, Q, H, true);
+
+  Grow(gate_, static_cast<size_t>(T) * I);
+  Grow(up_, static_cast<size_t>(T) * I);
+  CHUNKSERVE_RETURN_IF_ERROR(
+      FromKernel(kc::RmsNorm(x_.data(), w.post_norm.data(), h_.data(), T, H, eps), "RmsNorm"));
+  Linear(pool_.get(), h_.data(), w.gate_proj, {}, gate_.data(), T, H, I, false);
+  Linear(pool_.get(), h_.data(), w.up_proj, {}, up_.data(), T, H, I, false);
+  CHUNKSERVE_RETURN_IF_ERROR(FromKernel(
+      kc::SiluMul(gate_.data(), up_.data(), gate_.data(), static_cast<int64_t>(T) * I), "SiluMul"));
+  Linear(pool_.get(), gate_.data(), w.down_proj, {}, x_.data(), T, I, H, true);
+  return Status::Ok();
+}
+
+}  // namespace chunkserve::backend

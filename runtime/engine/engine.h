@@ -1,0 +1,116 @@
+// Engine: one model replica serving many requests with continuous batching and prefix reuse.
+//
+//   ASSIGN_OR_RETURN(auto engine, Engine::Create(options));
+//   ASSIGN_OR_RETURN(auto stream, engine->Submit(request));   // any thread
+//   while (stream->Next(&event, timeout) == kEvent) ...        // any thread
+//   engine->Shutdown(ShutdownMode::kDrain);
+//
+// One step thread runs the scheduler: each step it admits waiting requests (by free KV slots,
+// counting shared chunks once), forms one batch that mixes decode tokens with chunked-prefill
+// tokens under a per-step token budget, runs the model forward on the backend, samples, and
+// streams tokens out. Prompt tokens whose KV is already in the prefix tree are never recomputed.
+// When KV slots run out it evicts retained chunks, then preempts running requests by recompute
+// (lowest priority, latest arrival first); it rejects only requests that can never fit.
+//
+// Every request gets exactly one terminal event (FinishInfo). Cancellation and deadlines take
+// effect at the next step boundary, which frees the request's private chunks.
+//
+// Thread safety: every public method is safe from any thread. Shutdown joins the step thread;
+// the destructor calls Shutdown(kAbort) when it was not called.
+#ifndef CHUNKSERVE_RUNTIME_ENGINE_ENGINE_H_
+#define CHUNKSERVE_RUNTIME_ENGINE_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/attention_params.h"
+#include "runtime/base/ids.h"
+#include "runtime/base/status.h"
+#include "runtime/sched/request.h"
+#include "runtime/sched/stream.h"
+
+namespace chunkserve::engine {
+
+enum class BackendKind : int32_t { kCpu = 0, kCuda = 1 };
+enum class ShutdownMode : int32_t {
+  kDrain = 0,  // stop admitting; finish every request already submitted, then stop
+  kAbort = 1,  // end every request now with kUnavailable, then stop
+};
+
+struct EngineOptions {
+  // Directory with config.json and safetensors weights. Empty: the built-in tiny model, written
+  // once from a fixed seed into `tiny_model_dir` (a temporary directory when that is empty).
+  std::string model_dir;
+  std::string tiny_model_dir;
+
+  BackendKind backend = BackendKind::kCpu;
+  int32_t num_threads = 0;  // CPU backend threads; 0 = hardware concurrency
+
+  int32_t chunk_size = 64;               // tokens per KV chunk (16..256)
+  uint64_t kv_cache_bytes = 256u << 20;  // KV arena size; the slot count follows from it
+  kernels::DType kv_dtype = kernels::DType::kF32;
+  bool enable_prefix_sharing = true;     // off: every request computes and stores its own KV
+
+  int32_t max_batch_size = 64;           // sequences per step
+  int32_t prefill_token_budget = 512;    // tokens per step (decode + prefill); 0 = unlimited
+  int32_t max_queued_requests = 4096;    // Submit returns ResourceExhausted beyond this
+};
+
+struct EngineStats {
+  // Counters since creation.
+  uint64_t requests_submitted = 0;
+  uint64_t requests_finished = 0;
+  uint64_t prompt_tokens = 0;         // prompt tokens of admitted requests
+  uint64_t prefix_hit_tokens = 0;     // prompt tokens whose KV came from the cache
+  uint64_t prefill_tokens = 0;        // tokens run through prefill
+  uint64_t generated_tokens = 0;      // tokens streamed out
+  uint64_t steps = 0;
+  uint64_t evicted_chunks = 0;
+  uint64_t preemptions = 0;
+  // Gauges at the last step.
+  int32_t running = 0;                // sequences in the running batch
+  int32_t queued = 0;                 // submitted, not yet admitted
+  int32_t last_batch_size = 0;
+  uint64_t kv_bytes_used = 0;         // slots in use (referenced + retained), shared counted once
+  uint64_t kv_bytes_referenced = 0;   // slots referenced by live sequences
+  uint64_t kv_bytes_if_unshared = 0;  // what the live sequences would use without sharing
+  uint64_t kv_bytes_capacity = 0;
+  uint64_t kv_bytes_peak = 0;         // max of kv_bytes_referenced over time
+  int32_t chunks_total = 0;
+  int32_t chunks_shared = 0;          // referenced by >= 2 live sequences
+  int32_t chunks_retained = 0;        // unreferenced, kept for reuse
+  // Throughput over the last few seconds.
+  double decode_tokens_per_s = 0.0;
+  double prefill_tokens_per_s = 0.0;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  virtual ~Engine() = default;
+
+  // Validates and enqueues a request. Errors: InvalidArgument (bad tokens, empty prompt,
+  // max_new_tokens 0, ...), ResourceExhausted (queue full, or the request can never fit in the
+  // KV cache: retry elsewhere), Unavailable (shutting down).
+  virtual Result<std::shared_ptr<sched::RequestStream>> Submit(sched::RequestOptions request) = 0;
+
+  // Cancels a request; its stream then ends with kCancelled (unless it already ended).
+  // NotFound when no live request has that id.
+  virtual Status Cancel(RequestId id) = 0;
+
+  virtual EngineStats Stats() const = 0;
+
+  // Model facts for clients and routers.
+  virtual int32_t vocab_size() const = 0;
+  virtual int32_t max_context() const = 0;
+  virtual uint64_t model_fingerprint() const = 0;
+  virtual int32_t chunk_size() const = 0;
+
+  // Stops the engine (idempotent). kDrain blocks until every submitted request has finished.
+  virtual void Shutdown(ShutdownMode mode) = 0;
+};
+
+}  // namespace chunkserve::engine
+
+#endif  // CHUNKSERVE_RUNTIME_ENGINE_ENGINE_H_

@@ -1,0 +1,213 @@
+#include "runtime/engine/workload.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <random>
+#include <thread>
+
+namespace chunkserve::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+std::vector<WorkloadRequest> MakeWorkload(const WorkloadOptions& o) {
+  std::mt19937_64 rng(o.seed);
+  std::uniform_int_distribution<int32_t> token(0, std::max(o.vocab_size, 1) - 1);
+  auto tokens = [&](int32_t n) {
+    std::vector<TokenId> v(static_cast<size_t>(std::max(n, 0)));
+    for (TokenId& t : v) t = token(rng);
+    return v;
+  };
+  std::vector<std::vector<TokenId>> systems;
+  for (int32_t len : o.system_prompt_lengths) systems.push_back(tokens(len));
+  // Zipf popularity: tenant k (0-based) has weight 1 / (k + 1)^s.
+  std::vector<double> weights;
+  for (size_t k = 0; k < systems.size(); ++k) weights.push_back(1.0 / std::pow(k + 1.0, o.zipf_s));
+  std::discrete_distribution<int32_t> tenant(weights.begin(), weights.end());
+  std::uniform_int_distribution<int32_t> suffix(o.min_suffix_tokens,
+                                                std::max(o.min_suffix_tokens, o.max_suffix_tokens));
+  std::exponential_distribution<double> gap(o.arrival_rate > 0 ? o.arrival_rate : 1.0);
+
+  std::vector<WorkloadRequest> out;
+  double t = 0;
+  for (int32_t i = 0; i < o.num_requests; ++i) {
+    WorkloadRequest w;
+    if (o.arrival_rate > 0 && i > 0) t += gap(rng);
+    w.arrival_s = o.arrival_rate > 0 ? t : 0.0;
+    if (!systems.empty()) {
+      w.tenant = tenant(rng);
+      w.request.prompt = systems[w.tenant];
+    }
+    const auto user = tokens(std::max(suffix(rng), w.request.prompt.empty() ? 1 : 0));
+    w.request.prompt.insert(w.request.prompt.end(), user.begin(), user.end());
+    w.request.max_new_tokens = o.max_new_tokens;
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+Percentiles ComputePercentiles(std::vector<double> v) {
+  Percentiles p;
+  if (v.empty()) return p;
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) {
+    const size_t i = static_cast<size_t>(std::ceil(q * v.size())) - 1;
+    return v[std::min(i, v.size() - 1)];
+  };
+  p.p50 = at(0.50);
+  p.p90 = at(0.90);
+  p.p99 = at(0.99);
+  p.max = v.back();
+  double sum = 0;
+  for (double x : v) sum += x;
+  p.mean = sum / v.size();
+  return p;
+}
+
+Result<WorkloadReport> RunWorkload(Engine& engine, const std::vector<WorkloadRequest>& workload,
+                                   const RunOptions& options) {
+  struct PerRequest {
+    Clock::time_point submit, first, last;
+    std::vector<TokenId> tokens;
+    sched::FinishInfo finish;
+  };
+  const size_t n = workload.size();
+  std::vector<PerRequest> per(n);
+  std::vector<std::shared_ptr<sched::RequestStream>> streams(n);
+  std::atomic<int32_t> finished{0};
+  std::atomic<uint64_t> peak{0}, peak_unshared{0};
+  std::atomic<int32_t> peak_running{0};
+
+  const Clock::time_point start = Clock::now();
+  // One reader per request would be thousands of threads; instead a few readers poll the
+  // streams round robin with short timeouts, which also keeps timestamps accurate to ~1 ms.
+  std::mutex mu;  // guards `streams` while the submitter fills it
+  std::atomic<bool> submitting_done{false};
+  const int readers = 2;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < readers; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<bool> done(n, false);
+      size_t remaining = 0;
+      for (size_t i = t; i < n; i += readers) ++remaining;
+      while (remaining > 0) {
+        bool any = false;
+        for (size_t i = t; i < n; i += readers) {
+          if (done[i]) continue;
+          std::shared_ptr<sched::RequestStream> s;
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            s = streams[i];
+          }
+          if (!s) {
+            if (submitting_done.load()) {  // never submitted (the run stopped early)
+              done[i] = true;
+              --remaining;
+            }
+            continue;
+          }
+          sched::StreamEvent e;
+          while (s->Next(&e, std::chrono::nanoseconds(0)) ==
+                 sched::RequestStream::NextResult::kEvent) {
+            any = true;
+            const auto now = Clock::now();
+            if (e.kind == sched::StreamEvent::Kind::kToken) {
+              if (per[i].tokens.empty()) per[i].first = now;
+              per[i].last = now;
+              per[i].tokens.push_back(e.token);
+            } else {
+              per[i].finish = e.finish;
+              per[i].last = now;
+              done[i] = true;
+              --remaining;
+              ++finished;
+              break;
+            }
+          }
+        }
+        if (!any) std::this_thread::sleep_for(std::chrono::microseconds(500));
+      }
+    });
+  }
+  // Progress and peak KV sampling.
+  std::atomic<bool> stop_monitor{false};
+  std::thread monitor([&] {
+    auto next_progress = Clock::now();
+    while (!stop_monitor.load()) {
+      const EngineStats s = engine.Stats();
+      peak = std::max<uint64_t>(peak.load(), s.kv_bytes_peak);
+      peak_unshared = std::max<uint64_t>(peak_unshared.load(), s.kv_bytes_if_unshared);
+      peak_running = std::max(peak_running.load(), s.running);
+      if (options.progress && Clock::now() >= next_progress) {
+        options.progress(s, finished.load(), Seconds(Clock::now() - start));
+        next_progress += std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double>(options.progress_interval_s));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+
+  Status submit_error;
+  for (size_t i = 0; i < n; ++i) {
+    const auto due = start + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(workload[i].arrival_s));
+    std::this_thread::sleep_until(due);
+    per[i].submit = Clock::now();
+    auto s = engine.Submit(workload[i].request);
+    if (!s.ok()) {
+      submit_error = s.status().Annotate("request " + std::to_string(i));
+      break;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    streams[i] = *s;
+  }
+  submitting_done = true;
+  for (auto& t : threads) t.join();
+  const double wall = Seconds(Clock::now() - start);
+  stop_monitor = true;
+  monitor.join();
+  CHUNKSERVE_RETURN_IF_ERROR(submit_error);
+
+  WorkloadReport r;
+  const EngineStats s = engine.Stats();
+  std::vector<double> ttft, tpot, e2e;
+  for (size_t i = 0; i < n; ++i) {
+    const PerRequest& p = per[i];
+    ++r.requests;
+    if (p.finish.reason != FinishReason::kStopToken && p.finish.reason != FinishReason::kLength) {
+      ++r.failed;
+    }
+    r.prompt_tokens += workload[i].request.prompt.size();
+    r.generated_tokens += p.tokens.size();
+    if (!p.tokens.empty()) {
+      ttft.push_back(Seconds(p.first - p.submit) * 1e3);
+      if (p.tokens.size() > 1) {
+        tpot.push_back(Seconds(p.last - p.first) * 1e3 / static_cast<double>(p.tokens.size() - 1));
+      }
+    }
+    e2e.push_back(Seconds(p.last - p.submit) * 1e3);
+    r.outputs.push_back(p.tokens);
+  }
+  r.wall_s = wall;
+  r.generated_tokens_per_s = wall > 0 ? r.generated_tokens / wall : 0;
+  r.ttft_ms = ComputePercentiles(ttft);
+  r.tpot_ms = ComputePercentiles(tpot);
+  r.e2e_ms = ComputePercentiles(e2e);
+  r.kv_bytes_peak = std::max<uint64_t>(peak.load(), s.kv_bytes_peak);
+  r.kv_bytes_if_unshared_peak = peak_unshared.load();
+  r.prefix_hit_rate =
+      s.prompt_tokens > 0 ? static_cast<double>(s.prefix_hit_tokens) / s.prompt_tokens : 0.0;
+  r.preemptions = s.preemptions;
+  r.evicted_chunks = s.evicted_chunks;
+  r.peak_running = peak_running.load();
+  return r;
+}
+
+}  // namespace chunkserve::engine

@@ -1,0 +1,154 @@
+// chunkserve-bench engine: end-to-end decode throughput, latency and peak KV memory of the
+// in-process engine on the ChunkAttention paper's Table 4 shapes, scaled to a CPU: prompts of n_p
+// tokens of which the first n_s are one shared system prompt (n_s = 0: nothing shared; n_s = n_p:
+// identical prompts), n_c completion tokens each, Poisson arrivals. Each shape runs twice in the
+// same process: "chunkserve" (prefix sharing on) and "unshared" (sharing off: every request keeps
+// its own KV, like a paged cache without prefix reuse).
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/logging.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/workload.h"
+#include "tests/bench/bench.h"
+
+namespace chunkserve::bench {
+namespace {
+
+struct EngineBenchFlags {
+  std::vector<int32_t> np = {512, 1024, 2048};
+  int32_t nc = 64;
+  int32_t requests = 32;
+  double rate = 4.0;
+  int32_t kv_cache_mb = 512;
+  int32_t threads = 0;
+  int32_t chunk = 64;
+  int32_t budget = 512;
+  bool json = false;
+};
+
+bool ParseList(const char* s, std::vector<int32_t>* out) {
+  out->clear();
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (end == item.c_str() || *end != '\0' || v < 1 || v > 1 << 20) return false;
+    out->push_back(static_cast<int32_t>(v));
+  }
+  return !out->empty();
+}
+
+int EngineMain(int argc, char** argv) {
+  EngineBenchFlags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool has_value = i + 1 < argc;
+    auto int_flag = [&](int32_t* out) {
+      if (!has_value) return false;
+      char* end = nullptr;
+      const long v = std::strtol(argv[++i], &end, 10);
+      if (*end != '\0' || v < 0) return false;
+      *out = static_cast<int32_t>(v);
+      return true;
+    };
+    bool ok = true;
+    if (a == "--np") ok = has_value && ParseList(argv[++i], &f.np);
+    else if (a == "--nc") ok = int_flag(&f.nc);
+    else if (a == "--requests") ok = int_flag(&f.requests);
+    else if (a == "--rate") ok = has_value && (f.rate = std::strtod(argv[++i], nullptr)) > 0;
+    else if (a == "--kv-cache-mb") ok = int_flag(&f.kv_cache_mb);
+    else if (a == "--threads") ok = int_flag(&f.threads);
+    else if (a == "--chunk") ok = int_flag(&f.chunk);
+    else if (a == "--budget") ok = int_flag(&f.budget);
+    else if (a == "--json") f.json = true;
+    else if (a == "--help") {
+      std::cout << "chunkserve-bench engine [--np 512,1024,2048] [--nc 64] [--requests 32]\n"
+                   "    [--rate 4] [--kv-cache-mb 512] [--threads N] [--chunk 64] [--budget 512]"
+                   " [--json]\n";
+      return 0;
+    } else ok = false;
+    if (!ok) {
+      std::cerr << "chunkserve-bench engine: bad or unknown flag " << a << "\n";
+      return 2;
+    }
+  }
+  InitLogging({.program_name = "chunkserve-bench", .min_level = 1});
+  std::printf("%6s %6s %5s %6s %-11s %9s %9s %9s %11s %10s %6s\n", "n_p", "n_s", "n_c", "rate",
+              "system", "tok/s", "ms/tok", "TTFT p50", "peak KV MiB", "KV saved", "batch");
+  int failures = 0;
+  for (int32_t np : f.np) {
+    for (int32_t ns : {0, np}) {
+      double unshared_kv = 0;
+      for (bool sharing : {false, true}) {
+        engine::EngineOptions o;
+        o.num_threads = f.threads;
+        o.chunk_size = f.chunk;
+        o.kv_cache_bytes = static_cast<uint64_t>(f.kv_cache_mb) << 20;
+        o.prefill_token_budget = f.budget;
+        o.enable_prefix_sharing = sharing;
+        auto eng = engine::Engine::Create(o);
+        if (!eng.ok()) {
+          std::cerr << "engine: " << eng.status() << "\n";
+          return 1;
+        }
+        engine::WorkloadOptions w;
+        w.num_requests = f.requests;
+        w.system_prompt_lengths = ns > 0 ? std::vector<int32_t>{ns} : std::vector<int32_t>{};
+        w.min_suffix_tokens = w.max_suffix_tokens = np - ns;
+        w.max_new_tokens = f.nc;
+        w.arrival_rate = f.rate;
+        w.vocab_size = (*eng)->vocab_size();
+        auto report = engine::RunWorkload(**eng, engine::MakeWorkload(w));
+        (*eng)->Shutdown(engine::ShutdownMode::kDrain);
+        if (!report.ok()) {
+          std::cerr << "run: " << report.status() << "\n";
+          return 1;
+        }
+        const engine::WorkloadReport& r = *report;
+        failures += r.failed;
+        const double kv_mib = static_cast<double>(r.kv_bytes_peak) / (1 << 20);
+        if (!sharing) unshared_kv = kv_mib;
+        const double saved = sharing && unshared_kv > 0 ? 100.0 * (1 - kv_mib / unshared_kv) : 0;
+        const char* system = sharing ? "chunkserve" : "unshared";
+        std::printf("%6d %6d %5d %6.1f %-11s %9.1f %9.2f %9.1f %11.1f %9.1f%% %6d\n", np, ns,
+                    f.nc, f.rate, system, r.generated_tokens_per_s, r.tpot_ms.mean, r.ttft_ms.p50,
+                    kv_mib, saved, r.peak_running);
+        if (f.json) {
+          std::cout << nlohmann::json{{"bench", "engine"},
+                                      {"system", system},
+                                      {"np", np},
+                                      {"ns", ns},
+                                      {"nc", f.nc},
+                                      {"rate", f.rate},
+                                      {"requests", f.requests},
+                                      {"generated_tokens_per_s", r.generated_tokens_per_s},
+                                      {"tpot_ms_mean", r.tpot_ms.mean},
+                                      {"ttft_ms_p50", r.ttft_ms.p50},
+                                      {"kv_bytes_peak", r.kv_bytes_peak},
+                                      {"kv_saved_pct", saved},
+                                      {"peak_batch", r.peak_running},
+                                      {"failed", r.failed}}
+                           .dump()
+                    << "\n";
+        }
+        std::fflush(stdout);
+      }
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+CHUNKSERVE_REGISTER_BENCH(engine, "end-to-end engine: Table 4 shapes, sharing on vs off",
+                          EngineMain);
+
+}  // namespace chunkserve::bench

@@ -1,0 +1,404 @@
+// Engine behaviour end to end on a small random-weight model: outputs against an independent
+// reference forward pass, invariance of greedy outputs under prefix sharing, chunked prefill and
+// preemption, cancellation, deadlines, bad input, shutdown.
+#include "runtime/engine/engine.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "runtime/model/model.h"
+#include "runtime/model/tiny_model.h"
+#include "tests/engine/reference_model.h"
+#include "tests/testing/random.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace chunkserve::engine {
+namespace {
+
+using namespace std::chrono_literals;
+using ::chunkserve::testing::StatusIs;
+using sched::RequestOptions;
+using sched::RequestStream;
+using sched::StreamEvent;
+
+model::TinyModelOptions TestModel() {
+  model::TinyModelOptions o;
+  o.seed = 7;
+  o.vocab_size = 256;
+  o.hidden_size = 64;
+  o.num_layers = 2;
+  o.num_qo_heads = 4;
+  o.num_kv_heads = 2;
+  o.head_dim = 16;
+  o.intermediate_size = 128;
+  o.max_position_embeddings = 1024;
+  return o;
+}
+
+struct Outcome {
+  std::vector<TokenId> tokens;
+  sched::FinishInfo finish;
+  int terminal_events = 0;
+};
+
+// Pulls a stream to its end (with a generous deadline so a hang fails instead of blocking).
+Outcome Drain(RequestStream& s) {
+  Outcome out;
+  const auto give_up = std::chrono::steady_clock::now() + 60s;
+  StreamEvent e;
+  while (std::chrono::steady_clock::now() < give_up) {
+    auto r = s.Next(&e, 100ms);
+    if (r == RequestStream::NextResult::kEnded) break;
+    if (r == RequestStream::NextResult::kTimeout) continue;
+    if (e.kind == StreamEvent::Kind::kToken) {
+      EXPECT_EQ(e.index, static_cast<int32_t>(out.tokens.size()));
+      out.tokens.push_back(e.token);
+    } else {
+      out.finish = e.finish;
+      ++out.terminal_events;
+    }
+  }
+  return out;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK(model::WriteTinyModel(dir_.path(), TestModel()));
+  }
+
+  EngineOptions Options() const {
+    EngineOptions o;
+    o.model_dir = dir_.path().string();
+    o.chunk_size = 16;
+    o.kv_cache_bytes = 8u << 20;
+    o.num_threads = 2;
+    o.max_batch_size = 16;
+    o.prefill_token_budget = 64;
+    return o;
+  }
+
+  // Three tenants' system prompts (lengths not multiples of the chunk size) and per-request
+  // suffixes; two requests repeat another's prompt exactly.
+  std::vector<RequestOptions> Workload(uint64_t seed, int per_tenant = 4, int max_new = 8) const {
+    testing::Random rng(seed);
+    std::vector<std::vector<TokenId>> systems = {rng.Tokens(70, 256), rng.Tokens(37, 256),
+                                                 rng.Tokens(100, 256)};
+    std::vector<RequestOptions> out;
+    for (int i = 0; i < per_tenant; ++i) {
+      for (const auto& sys : systems) {
+        RequestOptions r;
+        r.prompt = sys;
+        const auto suffix = rng.Tokens(static_cast<size_t>(rng.Int(1, 20)), 256);
+        r.prompt.insert(r.prompt.end(), suffix.begin(), suffix.end());
+        r.max_new_tokens = max_new;
+        out.push_back(std::move(r));
+      }
+    }
+    // Exact repeats of earlier prompts (copied first: push_back may reallocate).
+    for (size_t i : {size_t{0}, size_t{4}}) {
+      if (i < out.size()) {
+        RequestOptions repeat = out[i];
+        out.push_back(std::move(repeat));
+      }
+    }
+    return out;
+  }
+
+  std::vector<Outcome> RunAll(const EngineOptions& options,
+                              const std::vector<RequestOptions>& requests,
+                              EngineStats* stats = nullptr) {
+    auto engine = Engine::Create(options);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    if (!engine.ok()) return {};
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& r : requests) {
+      auto s = (*engine)->Submit(r);
+      EXPECT_TRUE(s.ok()) << s.status();
+      if (s.ok()) streams.push_back(*s);
+    }
+    std::vector<Outcome> out;
+    for (auto& s : streams) out.push_back(Drain(*s));
+    (*engine)->Shutdown(ShutdownMode::kDrain);
+    if (stats) *stats = (*engine)->Stats();
+    return out;
+  }
+
+  testing::TempDir dir_;
+};
+
+TEST_F(EngineTest, GreedyOutputMatchesTheReferenceForwardPass) {
+  auto loaded = model::LoadedModel::Load(dir_.path());
+  ASSERT_OK(loaded.status());
+  testing::ReferenceModel reference(*loaded);
+  auto requests = Workload(testing::TestSeed(), 1, 6);
+  requests.resize(3);
+  const auto outcomes = RunAll(Options(), requests);
+  ASSERT_EQ(outcomes.size(), requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(outcomes[i].tokens, reference.Greedy(requests[i].prompt, 6)) << "request " << i;
+    EXPECT_EQ(outcomes[i].finish.reason, FinishReason::kLength);
+  }
+}
+
+TEST_F(EngineTest, PrefixSharingDoesNotChangeGreedyOutputAndSavesKv) {
+  // Long enough generations that many sequences decode at once, where sharing saves memory.
+  const auto requests = Workload(testing::TestSeed(), 4, 24);
+  EngineOptions on = Options(), off = Options();
+  on.prefill_token_budget = off.prefill_token_budget = 0;
+  off.enable_prefix_sharing = false;
+  EngineStats on_stats, off_stats;
+  const auto a = RunAll(on, requests, &on_stats);
+  const auto b = RunAll(off, requests, &off_stats);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << "request " << i;
+    EXPECT_EQ(a[i].terminal_events, 1);
+    EXPECT_EQ(a[i].finish.prompt_tokens, static_cast<int32_t>(requests[i].prompt.size()));
+    EXPECT_EQ(b[i].finish.cached_tokens, 0);
+  }
+  EXPECT_GT(on_stats.prefix_hit_tokens, 0u);
+  EXPECT_EQ(off_stats.prefix_hit_tokens, 0u);
+  EXPECT_LT(on_stats.prefill_tokens, off_stats.prefill_tokens);
+  EXPECT_LT(on_stats.kv_bytes_peak, off_stats.kv_bytes_peak);
+}
+
+TEST_F(EngineTest, ChunkedPrefillDoesNotChangeGreedyOutput) {
+  const auto requests = Workload(testing::TestSeed());
+  EngineOptions whole = Options(), chunked = Options();
+  whole.prefill_token_budget = 0;
+  chunked.prefill_token_budget = 7;
+  const auto a = RunAll(whole, requests);
+  const auto b = RunAll(chunked, requests);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].tokens, b[i].tokens) << "request " << i;
+}
+
+TEST_F(EngineTest, TinyKvBudgetPreemptsAndStillMatches) {
+  const auto requests = Workload(testing::TestSeed(), 4, 24);
+  EngineOptions roomy = Options(), tight = Options();
+  // Slot bytes: 2 (K,V) x 2 layers x 2 kv heads x 16 tokens x 16 dims x 4 bytes = 8 KiB; 14 slots
+  // hold a couple of sequences at most.
+  tight.kv_cache_bytes = 14 * 8192;
+  EngineStats tight_stats;
+  const auto a = RunAll(roomy, requests);
+  const auto b = RunAll(tight, requests, &tight_stats);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << "request " << i;
+    EXPECT_EQ(b[i].finish.reason, FinishReason::kLength);
+  }
+  EXPECT_GT(tight_stats.preemptions + tight_stats.evicted_chunks, 0u);
+}
+
+TEST_F(EngineTest, CancelEndsTheRequestAndFreesItsChunks) {
+  auto engine = Engine::Create(Options());
+  ASSERT_OK(engine.status());
+  RequestOptions r;
+  r.prompt = testing::Random(1).Tokens(50, 256);
+  r.max_new_tokens = 500;
+  ASSERT_OK_AND_ASSIGN(auto stream, (*engine)->Submit(r));
+  StreamEvent e;
+  ASSERT_EQ(stream->Next(&e, 30s), RequestStream::NextResult::kEvent);  // first token: running
+  ASSERT_EQ(e.kind, StreamEvent::Kind::kToken);
+  ASSERT_OK((*engine)->Cancel(stream->id()));
+  Outcome out;
+  while (stream->Next(&e, 30s) == RequestStream::NextResult::kEvent) {
+    if (e.kind == StreamEvent::Kind::kFinished) {
+      out.finish = e.finish;
+      ++out.terminal_events;
+    }
+  }
+  EXPECT_EQ(out.finish.reason, FinishReason::kCancelled);
+  EXPECT_EQ(out.terminal_events, 1);
+  // The terminal event is pushed after the release, in the same step.
+  EXPECT_EQ((*engine)->Stats().kv_bytes_referenced, 0u);
+  EXPECT_THAT((*engine)->Cancel(stream->id()), StatusIs(StatusCode::kNotFound));
+}
+
+TEST_F(EngineTest, StreamSideCancelWorksToo) {
+  auto engine = Engine::Create(Options());
+  ASSERT_OK(engine.status());
+  RequestOptions r;
+  r.prompt = {1, 2, 3};
+  r.max_new_tokens = 500;
+  ASSERT_OK_AND_ASSIGN(auto stream, (*engine)->Submit(r));
+  stream->RequestCancel();
+  EXPECT_EQ(Drain(*stream).finish.reason, FinishReason::kCancelled);
+}
+
+TEST_F(EngineTest, DeadlineEndsTheRequest) {
+  auto engine = Engine::Create(Options());
+  ASSERT_OK(engine.status());
+  RequestOptions r;
+  r.prompt = {5, 6, 7};
+  r.max_new_tokens = 100000 / 200;
+  r.deadline = sched::Clock::now() + 20ms;
+  ASSERT_OK_AND_ASSIGN(auto stream, (*engine)->Submit(r));
+  const Outcome out = Drain(*stream);
+  EXPECT_EQ(out.finish.reason, FinishReason::kDeadline);
+  EXPECT_LT(out.finish.generated_tokens, 500);
+}
+
+TEST_F(EngineTest, BadInputsGetErrorsAndTheEngineKeepsServing) {
+  EngineOptions small = Options();
+  small.kv_cache_bytes = 32 * 8192;  // 32 chunks of 16 tokens
+  auto engine = Engine::Create(small);
+  ASSERT_OK(engine.status());
+  RequestOptions bad;
+  bad.prompt = {1, 256};
+  EXPECT_THAT((*engine)->Submit(bad), StatusIs(StatusCode::kInvalidArgument));
+  bad.prompt = {};
+  EXPECT_THAT((*engine)->Submit(bad), StatusIs(StatusCode::kInvalidArgument));
+  bad.prompt = {1};
+  bad.max_new_tokens = 0;
+  EXPECT_THAT((*engine)->Submit(bad), StatusIs(StatusCode::kInvalidArgument));
+  bad.max_new_tokens = 1;
+  bad.sampling.top_p = 2.0f;
+  EXPECT_THAT((*engine)->Submit(bad), StatusIs(StatusCode::kInvalidArgument));
+  RequestOptions huge;
+  huge.prompt.assign(500, 3);  // 500 + 23 tokens need 34 chunks: can never fit in 32
+  huge.max_new_tokens = 23;
+  EXPECT_THAT((*engine)->Submit(huge), StatusIs(StatusCode::kResourceExhausted));
+
+  RequestOptions good;
+  good.prompt = {1, 2, 3};
+  good.max_new_tokens = 3;
+  ASSERT_OK_AND_ASSIGN(auto stream, (*engine)->Submit(good));
+  const Outcome out = Drain(*stream);
+  EXPECT_EQ(out.tokens.size(), 3u);
+  EXPECT_EQ(out.finish.reason, FinishReason::kLength);
+}
+
+TEST_F(EngineTest, StopTokenEndsTheRequestAfterStreamingIt) {
+  RequestOptions r;
+  r.prompt = testing::Random(3).Tokens(20, 256);
+  r.max_new_tokens = 8;
+  const auto free_run = RunAll(Options(), {r});
+  ASSERT_EQ(free_run.size(), 1u);
+  ASSERT_EQ(free_run[0].tokens.size(), 8u);
+  r.stop_tokens = {free_run[0].tokens[3]};
+  const auto stopped = RunAll(Options(), {r});
+  ASSERT_EQ(stopped.size(), 1u);
+  EXPECT_EQ(stopped[0].finish.reason, FinishReason::kStopToken);
+  const auto first_stop = std::find(free_run[0].tokens.begin(), free_run[0].tokens.end(),
+                                    free_run[0].tokens[3]) - free_run[0].tokens.begin();
+  EXPECT_EQ(stopped[0].tokens.size(), static_cast<size_t>(first_stop + 1));
+}
+
+TEST_F(EngineTest, SeededSamplingIsReproducible) {
+  RequestOptions r;
+  r.prompt = testing::Random(4).Tokens(30, 256);
+  r.max_new_tokens = 12;
+  r.sampling = {.temperature = 1.0f, .top_k = 50, .top_p = 0.9f, .seed = 1234};
+  const auto a = RunAll(Options(), {r, r});
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].tokens, a[1].tokens);
+  r.sampling.seed = 99;
+  const auto b = RunAll(Options(), {r});
+  EXPECT_NE(a[0].tokens, b[0].tokens);
+}
+
+TEST_F(EngineTest, SecondRequestWithTheSamePromptHitsTheCache) {
+  auto engine = Engine::Create(Options());
+  ASSERT_OK(engine.status());
+  RequestOptions r;
+  r.prompt = testing::Random(5).Tokens(64, 256);
+  r.max_new_tokens = 2;
+  ASSERT_OK_AND_ASSIGN(auto first, (*engine)->Submit(r));
+  const Outcome a = Drain(*first);
+  ASSERT_OK_AND_ASSIGN(auto second, (*engine)->Submit(r));
+  const Outcome b = Drain(*second);
+  EXPECT_EQ(a.finish.cached_tokens, 0);
+  EXPECT_EQ(b.finish.cached_tokens, 63);  // all but the last prompt token, which yields logits
+  EXPECT_EQ(a.tokens, b.tokens);
+}
+
+TEST_F(EngineTest, AbortEndsEveryRequestAsUnavailable) {
+  auto engine = Engine::Create(Options());
+  ASSERT_OK(engine.status());
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 4; ++i) {
+    RequestOptions r;
+    r.prompt = {1, 2, 3, static_cast<TokenId>(i)};
+    r.max_new_tokens = 400;
+    ASSERT_OK_AND_ASSIGN(auto s, (*engine)->Submit(r));
+    streams.push_back(s);
+  }
+  (*engine)->Shutdown(ShutdownMode::kAbort);
+  for (auto& s : streams) {
+    const Outcome out = Drain(*s);
+    EXPECT_EQ(out.terminal_events, 1);
+    EXPECT_EQ(out.finish.reason, FinishReason::kUnavailable);
+  }
+  RequestOptions late;
+  late.prompt = {1};
+  EXPECT_THAT((*engine)->Submit(late), StatusIs(StatusCode::kUnavailable));
+}
+
+TEST_F(EngineTest, DrainFinishesEveryRequest) {
+  auto engine = Engine::Create(Options());
+  ASSERT_OK(engine.status());
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const auto& r : Workload(11, 2, 4)) {
+    ASSERT_OK_AND_ASSIGN(auto s, (*engine)->Submit(r));
+    streams.push_back(s);
+  }
+  (*engine)->Shutdown(ShutdownMode::kDrain);
+  for (auto& s : streams) EXPECT_EQ(Drain(*s).finish.reason, FinishReason::kLength);
+  EXPECT_EQ((*engine)->Stats().requests_finished, streams.size());
+}
+
+TEST_F(EngineTest, ConcurrentSubmittersAllGetTheirTokens) {
+  auto engine = Engine::Create(Options());
+  ASSERT_OK(engine.status());
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 5; ++i) {
+        RequestOptions r;
+        r.prompt = {1, 2, static_cast<TokenId>(t), static_cast<TokenId>(i)};
+        r.max_new_tokens = 3;
+        auto s = (*engine)->Submit(r);
+        if (s.ok() && Drain(**s).tokens.size() == 3) ++ok;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 20);
+}
+
+TEST(EngineCreateTest, RejectsBadOptionsAndModels) {
+  EngineOptions o;
+  o.chunk_size = 8;
+  EXPECT_THAT(Engine::Create(o), StatusIs(StatusCode::kInvalidArgument));
+  o = EngineOptions();
+  o.model_dir = "/nonexistent/chunkserve-model";
+  EXPECT_FALSE(Engine::Create(o).ok());
+  testing::TempDir dir;
+  ASSERT_OK(model::WriteTinyModel(dir.path(), TestModel()));
+  o.model_dir = dir.path().string();
+  o.kv_cache_bytes = 100;
+  EXPECT_THAT(Engine::Create(o), StatusIs(StatusCode::kInvalidArgument));
+}
+
+TEST(EngineCreateTest, BuiltInTinyModelServes) {
+  EngineOptions o;
+  o.num_threads = 2;
+  auto engine = Engine::Create(o);
+  ASSERT_OK(engine.status());
+  RequestOptions r;
+  r.prompt = {1, 2, 3};
+  r.max_new_tokens = 2;
+  ASSERT_OK_AND_ASSIGN(auto s, (*engine)->Submit(r));
+  EXPECT_EQ(Drain(*s).tokens.size(), 2u);
+}
+
+}  // namespace
+}  // namespace chunkserve::engine
