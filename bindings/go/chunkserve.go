@@ -1,0 +1,139 @@
+// Package chunkserve embeds the chunkserve LLM serving engine in a Go program through its stable
+// C ABI (libchunkserve.so, header <chunkserve/chunkserve.h>).
+//
+//	engine, err := chunkserve.NewEngine(chunkserve.EngineOptions{KVCacheBytes: 64 << 20})
+//	if err != nil { ... }
+//	defer engine.Close()
+//	stream, err := engine.Submit(ctx, chunkserve.Request{Prompt: tokens, MaxNewTokens: 32})
+//	if err != nil { ... }
+//	defer stream.Close()
+//	for tok := range stream.Tokens() { ... }
+//	finish, err := stream.Finish()
+//
+// An empty EngineOptions.ModelPath serves the built-in tiny random-weight model (vocab 1024).
+//
+// Building: cgo finds the header and the library through the usual variables, e.g.
+//
+//	CGO_CFLAGS="-I<src>/capi/include" CGO_LDFLAGS="-L<build>/lib -Wl,-rpath,<build>/lib"
+//
+// or, for an installed library, CGO_CFLAGS=$(pkg-config --cflags chunkserve) and
+// CGO_LDFLAGS=$(pkg-config --libs chunkserve).
+//
+// Errors returned by the engine are *Error values carrying a Code; compare them with errors.Is
+// against the Err* sentinels (errors.Is(err, chunkserve.ErrInvalidArgument)) or extract them with
+// errors.As. Every type is safe for concurrent use; Close methods are idempotent.
+package chunkserve
+
+/*
+#cgo LDFLAGS: -lchunkserve
+#include <stdlib.h>
+#include <chunkserve/chunkserve.h>
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Version returns the library's release ("MAJOR.MINOR.PATCH").
+func Version() string { return C.GoString(C.chunkserve_version()) }
+
+// ABIVersion returns the library's ABI generation; it equals HeaderABIVersion unless the program
+// runs against an incompatible library.
+func ABIVersion() int { return int(C.chunkserve_abi_version()) }
+
+// HeaderABIVersion is the ABI generation of the header this package was compiled against.
+const HeaderABIVersion = int(C.CHUNKSERVE_ABI_VERSION)
+
+// Code is a chunkserve status code; the values are the C ABI's CHUNKSERVE_STATUS_*.
+type Code int32
+
+// Status codes.
+const (
+	OK                 Code = C.CHUNKSERVE_STATUS_OK
+	InvalidArgument    Code = C.CHUNKSERVE_STATUS_INVALID_ARGUMENT
+	NotFound           Code = C.CHUNKSERVE_STATUS_NOT_FOUND
+	AlreadyExists      Code = C.CHUNKSERVE_STATUS_ALREADY_EXISTS
+	ResourceExhausted  Code = C.CHUNKSERVE_STATUS_RESOURCE_EXHAUSTED
+	FailedPrecondition Code = C.CHUNKSERVE_STATUS_FAILED_PRECONDITION
+	OutOfRange         Code = C.CHUNKSERVE_STATUS_OUT_OF_RANGE
+	Unavailable        Code = C.CHUNKSERVE_STATUS_UNAVAILABLE
+	DeadlineExceeded   Code = C.CHUNKSERVE_STATUS_DEADLINE_EXCEEDED
+	Cancelled          Code = C.CHUNKSERVE_STATUS_CANCELLED
+	Internal           Code = C.CHUNKSERVE_STATUS_INTERNAL
+	Unimplemented      Code = C.CHUNKSERVE_STATUS_UNIMPLEMENTED
+	DataLoss           Code = C.CHUNKSERVE_STATUS_DATA_LOSS
+	Aborted            Code = C.CHUNKSERVE_STATUS_ABORTED
+)
+
+// String returns the code's stable name, e.g. "INVALID_ARGUMENT".
+func (c Code) String() string { return C.GoString(C.chunkserve_status_name(C.chunkserve_status_t(c))) }
+
+// Error is an error reported by libchunkserve: a code and a message.
+type Error struct {
+	Code    Code
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return "chunkserve: " + e.Code.String()
+	}
+	return fmt.Sprintf("chunkserve: %s: %s", e.Code, e.Message)
+}
+
+// Is reports whether target is an *Error with the same code and, when target has a message, the
+// same message. So errors.Is(err, ErrNotFound) matches any NOT_FOUND error.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	if !ok {
+		return false
+	}
+	return t.Code == e.Code && (t.Message == "" || t.Message == e.Message)
+}
+
+// Sentinels for errors.Is; they match any *Error with their code.
+var (
+	ErrInvalidArgument    = &Error{Code: InvalidArgument}
+	ErrNotFound           = &Error{Code: NotFound}
+	ErrResourceExhausted  = &Error{Code: ResourceExhausted}
+	ErrFailedPrecondition = &Error{Code: FailedPrecondition}
+	ErrUnavailable        = &Error{Code: Unavailable}
+	ErrDeadlineExceeded   = &Error{Code: DeadlineExceeded}
+	ErrCancelled          = &Error{Code: Cancelled}
+	ErrInternal           = &Error{Code: Internal}
+	ErrUnimplemented      = &Error{Code: Unimplemented}
+	ErrDataLoss           = &Error{Code: DataLoss}
+)
+
+// ErrClosed is returned by methods called on an Engine or Stream after Close.
+var ErrClosed = errors.New("chunkserve: use of a closed handle")
+
+// CodeOf returns the Code of err: OK for nil, the code of an *Error in its chain, and Internal
+// for any other error.
+func CodeOf(err error) Code {
+	if err == nil {
+		return OK
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return Internal
+}
+
+// fromC turns a status and the C error object into a Go error, freeing the object.
+func fromC(status C.chunkserve_status_t, cerr *C.chunkserve_error_t) error {
+	if cerr != nil {
+		defer C.chunkserve_error_free(cerr)
+	}
+	if status == C.CHUNKSERVE_STATUS_OK {
+		return nil
+	}
+	msg := ""
+	if cerr != nil {
+		msg = C.GoString(C.chunkserve_error_message(cerr))
+	}
+	return &Error{Code: Code(status), Message: msg}
+}

@@ -1,0 +1,3 @@
+module chunkserve.dev/chunkserve
+
+go 1.19

@@ -1,0 +1,647 @@
+//! Embed the chunkserve LLM serving engine: a safe API over its stable C ABI (libchunkserve.so).
+//!
+//! ```no_run
+//! use chunkserve::{Engine, EngineOptions, Request};
+//!
+//! let engine = Engine::new(&EngineOptions { kv_cache_bytes: 64 << 20, ..Default::default() })?;
+//! let prompt = [1, 2, 3, 4];
+//! let mut stream = engine.submit(&Request { prompt: &prompt, max_new_tokens: 8, ..Default::default() })?;
+//! for token in stream.by_ref() {
+//!     println!("{}", token?);
+//! }
+//! println!("{:?}", stream.finish());
+//! # Ok::<(), chunkserve::Error>(())
+//! ```
+//!
+//! An empty `EngineOptions::model_path` serves the built-in tiny random-weight model (vocab
+//! 1024). Handles free their C objects on drop. [`Engine`] is `Send + Sync` (the C engine handle
+//! is thread-safe); [`Stream`] is `Send + Sync` too (its `&self` methods are thread-safe in C; its
+//! `&mut self` methods pull events). A stream may outlive its engine: it then ends with
+//! [`FinishReason::Unavailable`]. To cancel a stream that another thread is reading, call
+//! [`Engine::cancel`] with [`Stream::id`].
+//!
+//! Linking: the `chunkserve-sys` crate links `libchunkserve.so` from `CHUNKSERVE_LIB_DIR`.
+use std::ffi::{CStr, CString};
+use std::fmt;
+use std::mem::size_of;
+use std::os::raw::c_void;
+use std::path::PathBuf;
+use std::ptr::{self, NonNull};
+use std::time::Duration;
+
+use chunkserve_sys as sys;
+
+/// A chunkserve status code (the C ABI's `CHUNKSERVE_STATUS_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Code {
+    InvalidArgument,
+    NotFound,
+    AlreadyExists,
+    ResourceExhausted,
+    FailedPrecondition,
+    OutOfRange,
+    Unavailable,
+    DeadlineExceeded,
+    Cancelled,
+    Internal,
+    Unimplemented,
+    DataLoss,
+    Aborted,
+    /// A code this version of the crate does not know (treat like `Internal`).
+    Unknown(i32),
+}
+
+impl Code {
+    /// The code for a raw non-OK status.
+    pub fn from_raw(status: sys::chunkserve_status_t) -> Code {
+        match status {
+            sys::CHUNKSERVE_STATUS_INVALID_ARGUMENT => Code::InvalidArgument,
+            sys::CHUNKSERVE_STATUS_NOT_FOUND => Code::NotFound,
+            sys::CHUNKSERVE_STATUS_ALREADY_EXISTS => Code::AlreadyExists,
+            sys::CHUNKSERVE_STATUS_RESOURCE_EXHAUSTED => Code::ResourceExhausted,
+            sys::CHUNKSERVE_STATUS_FAILED_PRECONDITION => Code::FailedPrecondition,
+            sys::CHUNKSERVE_STATUS_OUT_OF_RANGE => Code::OutOfRange,
+            sys::CHUNKSERVE_STATUS_UNAVAILABLE => Code::Unavailable,
+            sys::CHUNKSERVE_STATUS_DEADLINE_EXCEEDED => Code::DeadlineExceeded,
+            sys::CHUNKSERVE_STATUS_CANCELLED => Code::Cancelled,
+            sys::CHUNKSERVE_STATUS_INTERNAL => Code::Internal,
+            sys::CHUNKSERVE_STATUS_UNIMPLEMENTED => Code::Unimplemented,
+            sys::CHUNKSERVE_STATUS_DATA_LOSS => Code::DataLoss,
+            sys::CHUNKSERVE_STATUS_ABORTED => Code::Aborted,
+            other => Code::Unknown(other),
+        }
+    }
+
+    /// The raw status value.
+    pub fn raw(self) -> sys::chunkserve_status_t {
+        match self {
+            Code::InvalidArgument => sys::CHUNKSERVE_STATUS_INVALID_ARGUMENT,
+            Code::NotFound => sys::CHUNKSERVE_STATUS_NOT_FOUND,
+            Code::AlreadyExists => sys::CHUNKSERVE_STATUS_ALREADY_EXISTS,
+            Code::ResourceExhausted => sys::CHUNKSERVE_STATUS_RESOURCE_EXHAUSTED,
+            Code::FailedPrecondition => sys::CHUNKSERVE_STATUS_FAILED_PRECONDITION,
+            Code::OutOfRange => sys::CHUNKSERVE_STATUS_OUT_OF_RANGE,
+            Code::Unavailable => sys::CHUNKSERVE_STATUS_UNAVAILABLE,
+            Code::DeadlineExceeded => sys::CHUNKSERVE_STATUS_DEADLINE_EXCEEDED,
+            Code::Cancelled => sys::CHUNKSERVE_STATUS_CANCELLED,
+            Code::Internal => sys::CHUNKSERVE_STATUS_INTERNAL,
+            Code::Unimplemented => sys::CHUNKSERVE_STATUS_UNIMPLEMENTED,
+            Code::DataLoss => sys::CHUNKSERVE_STATUS_DATA_LOSS,
+            Code::Aborted => sys::CHUNKSERVE_STATUS_ABORTED,
+            Code::Unknown(raw) => raw,
+        }
+    }
+
+    /// The stable name, e.g. "INVALID_ARGUMENT".
+    pub fn name(self) -> &'static str {
+        // SAFETY: chunkserve_status_name returns a static NUL-terminated string for any value.
+        unsafe { static_str(sys::chunkserve_status_name(self.raw())) }
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An error reported by libchunkserve: a code and a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    pub code: Code,
+    pub message: String,
+}
+
+impl Error {
+    pub fn new(code: Code, message: impl Into<String>) -> Error {
+        Error {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn code(&self) -> Code {
+        self.code
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "chunkserve: {}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// # Safety
+/// `p` must be null or a NUL-terminated string that lives for the rest of the program.
+unsafe fn static_str(p: *const std::os::raw::c_char) -> &'static str {
+    if p.is_null() {
+        return "";
+    }
+    CStr::from_ptr(p).to_str().unwrap_or("")
+}
+
+/// Turns a status and an optional C error object into a Result, freeing the object.
+fn check(status: sys::chunkserve_status_t, error: *mut sys::chunkserve_error_t) -> Result<()> {
+    let message = if error.is_null() {
+        String::new()
+    } else {
+        // SAFETY: error is a live error object from the library; freed right after use.
+        unsafe {
+            let m = CStr::from_ptr(sys::chunkserve_error_message(error))
+                .to_string_lossy()
+                .into_owned();
+            sys::chunkserve_error_free(error);
+            m
+        }
+    };
+    if status == sys::CHUNKSERVE_STATUS_OK {
+        return Ok(());
+    }
+    Err(Error {
+        code: Code::from_raw(status),
+        message,
+    })
+}
+
+/// Calls `f` with a fresh error out-parameter and converts the outcome.
+fn call(
+    f: impl FnOnce(*mut *mut sys::chunkserve_error_t) -> sys::chunkserve_status_t,
+) -> Result<()> {
+    let mut error = ptr::null_mut();
+    let status = f(&mut error);
+    check(status, error)
+}
+
+/// The library's release, "MAJOR.MINOR.PATCH".
+pub fn version() -> &'static str {
+    // SAFETY: a static string.
+    unsafe { static_str(sys::chunkserve_version()) }
+}
+
+/// The library's ABI generation; equals [`HEADER_ABI_VERSION`] unless mismatched.
+pub fn abi_version() -> i32 {
+    // SAFETY: no arguments, no state.
+    unsafe { sys::chunkserve_abi_version() }
+}
+
+/// The ABI generation these bindings were written for.
+pub const HEADER_ABI_VERSION: i32 = sys::CHUNKSERVE_ABI_VERSION;
+
+/// Where the engine computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    #[default]
+    Cpu,
+    Cuda,
+}
+
+/// KV cache element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DType {
+    #[default]
+    F32,
+    F16,
+    BF16,
+}
+
+/// What [`Engine::shutdown`] does with requests in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownMode {
+    /// Stop admitting; finish every submitted request.
+    Drain,
+    /// End every request now with [`FinishReason::Unavailable`].
+    Abort,
+}
+
+/// Engine configuration; zero values mean the defaults.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Directory with config.json and safetensors weights; None: the built-in tiny model.
+    pub model_path: Option<PathBuf>,
+    pub backend: Backend,
+    /// KV cache size in bytes; 0: 256 MiB.
+    pub kv_cache_bytes: u64,
+    /// Tokens per KV chunk (16..256); 0: 64.
+    pub chunk_size: i32,
+    pub kv_dtype: DType,
+    /// Reuse cached prompt prefixes across requests (default true).
+    pub prefix_sharing: bool,
+    /// CPU backend threads; 0: hardware concurrency.
+    pub num_threads: i32,
+    /// Sequences per step; 0: 64.
+    pub max_batch_size: i32,
+    /// Tokens per step; 0: 512; negative: unlimited.
+    pub prefill_token_budget: i32,
+    /// Queue bound (submit fails with ResourceExhausted beyond it); 0: 4096.
+    pub max_queued_requests: i32,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            model_path: None,
+            backend: Backend::Cpu,
+            kv_cache_bytes: 0,
+            chunk_size: 0,
+            kv_dtype: DType::F32,
+            prefix_sharing: true,
+            num_threads: 0,
+            max_batch_size: 0,
+            prefill_token_budget: 0,
+            max_queued_requests: 0,
+        }
+    }
+}
+
+/// An in-process chunkserve engine. Dropping it stops it: requests in flight end with
+/// [`FinishReason::Unavailable`], and their streams stay usable.
+pub struct Engine {
+    ptr: NonNull<sys::chunkserve_engine_t>,
+}
+
+// SAFETY: the C contract makes the engine handle safe to use from any thread at once; only
+// destroy must not overlap other calls, and Drop has exclusive access.
+unsafe impl Send for Engine {}
+unsafe impl Sync for Engine {}
+
+impl Engine {
+    /// Creates an engine and starts its step thread.
+    pub fn new(options: &EngineOptions) -> Result<Engine> {
+        // SAFETY: zeroed is a valid bit pattern for the plain C struct; init overwrites it.
+        let mut o: sys::chunkserve_engine_options_t = unsafe { std::mem::zeroed() };
+        call(|e| unsafe {
+            sys::chunkserve_engine_options_init(
+                &mut o,
+                size_of::<sys::chunkserve_engine_options_t>() as u32,
+                e,
+            )
+        })?;
+        o.backend = match options.backend {
+            Backend::Cpu => sys::CHUNKSERVE_BACKEND_CPU,
+            Backend::Cuda => sys::CHUNKSERVE_BACKEND_CUDA,
+        };
+        o.kv_cache_bytes = options.kv_cache_bytes;
+        o.chunk_size = options.chunk_size;
+        o.kv_dtype = match options.kv_dtype {
+            DType::F32 => sys::CHUNKSERVE_DTYPE_F32,
+            DType::F16 => sys::CHUNKSERVE_DTYPE_F16,
+            DType::BF16 => sys::CHUNKSERVE_DTYPE_BF16,
+        };
+        o.enable_prefix_sharing = options.prefix_sharing as i32;
+        o.num_threads = options.num_threads;
+        o.max_batch_size = options.max_batch_size;
+        if options.prefill_token_budget < 0 {
+            o.prefill_token_budget = 0;
+        } else if options.prefill_token_budget > 0 {
+            o.prefill_token_budget = options.prefill_token_budget;
+        }
+        o.max_queued_requests = options.max_queued_requests;
+        let path = match &options.model_path {
+            Some(p) => Some(CString::new(p.to_string_lossy().into_owned()).map_err(|_| {
+                Error::new(Code::InvalidArgument, "model_path contains a NUL byte")
+            })?),
+            None => None,
+        };
+        o.model_path = path.as_ref().map_or(ptr::null(), |p| p.as_ptr());
+        let mut raw = ptr::null_mut();
+        // SAFETY: o and path outlive the call; raw receives a new engine on success.
+        call(|e| unsafe { sys::chunkserve_engine_create(&o, &mut raw, e) })?;
+        let ptr = NonNull::new(raw).ok_or_else(|| Error::new(Code::Internal, "null engine"))?;
+        Ok(Engine { ptr })
+    }
+
+    /// Validates and enqueues a request; the stream yields its tokens.
+    pub fn submit(&self, request: &Request<'_>) -> Result<Stream> {
+        // SAFETY: as in new().
+        let mut r: sys::chunkserve_request_options_t = unsafe { std::mem::zeroed() };
+        call(|e| unsafe {
+            sys::chunkserve_request_options_init(
+                &mut r,
+                size_of::<sys::chunkserve_request_options_t>() as u32,
+                e,
+            )
+        })?;
+        r.prompt_tokens = request.prompt.as_ptr();
+        r.num_prompt_tokens = request.prompt.len() as u64;
+        r.stop_tokens = request.stop_tokens.as_ptr();
+        r.num_stop_tokens = request.stop_tokens.len() as u64;
+        if request.max_new_tokens != 0 {
+            r.max_new_tokens = request.max_new_tokens;
+        }
+        r.temperature = request.temperature;
+        r.top_k = request.top_k;
+        if request.top_p != 0.0 {
+            r.top_p = request.top_p;
+        }
+        r.seed = request.seed;
+        r.priority = request.priority;
+        if let Some(t) = request.timeout {
+            // Rounded up, so a non-zero timeout never becomes 0 (= no deadline).
+            r.deadline_ms = (t.as_nanos().div_ceil(1_000_000)).clamp(1, u64::MAX as u128) as u64;
+        }
+        let mut raw = ptr::null_mut();
+        // SAFETY: the token slices outlive the call (the library copies them).
+        call(|e| unsafe { sys::chunkserve_engine_submit(self.ptr.as_ptr(), &r, &mut raw, e) })?;
+        let ptr = NonNull::new(raw).ok_or_else(|| Error::new(Code::Internal, "null stream"))?;
+        Ok(Stream {
+            ptr,
+            finish: None,
+            ended: false,
+            callback: None,
+        })
+    }
+
+    /// Cancels the live request with that id ([`Stream::id`]); `NotFound` when none is live.
+    pub fn cancel(&self, request_id: u64) -> Result<()> {
+        // SAFETY: a live engine handle.
+        call(|e| unsafe { sys::chunkserve_engine_cancel(self.ptr.as_ptr(), request_id, e) })
+    }
+
+    /// Stops the engine; see [`ShutdownMode`]. Afterwards submit fails with `Unavailable`.
+    pub fn shutdown(&self, mode: ShutdownMode) -> Result<()> {
+        let mode = match mode {
+            ShutdownMode::Drain => sys::CHUNKSERVE_SHUTDOWN_DRAIN,
+            ShutdownMode::Abort => sys::CHUNKSERVE_SHUTDOWN_ABORT,
+        };
+        // SAFETY: a live engine handle.
+        call(|e| unsafe { sys::chunkserve_engine_shutdown(self.ptr.as_ptr(), mode, e) })
+    }
+
+    /// Counters and gauges (the C struct, `struct_size` filled in).
+    pub fn stats(&self) -> Result<sys::chunkserve_engine_stats_t> {
+        // SAFETY: zeroed is valid for the plain C struct; the library fills it.
+        let mut s: sys::chunkserve_engine_stats_t = unsafe { std::mem::zeroed() };
+        s.struct_size = size_of::<sys::chunkserve_engine_stats_t>() as u32;
+        call(|e| unsafe { sys::chunkserve_engine_stats(self.ptr.as_ptr(), &mut s, e) })?;
+        Ok(s)
+    }
+
+    /// Facts about the served model.
+    pub fn info(&self) -> Result<Info> {
+        // SAFETY: as in stats().
+        let mut i: sys::chunkserve_engine_info_t = unsafe { std::mem::zeroed() };
+        i.struct_size = size_of::<sys::chunkserve_engine_info_t>() as u32;
+        call(|e| unsafe { sys::chunkserve_engine_info(self.ptr.as_ptr(), &mut i, e) })?;
+        Ok(Info {
+            vocab_size: i.vocab_size,
+            max_context: i.max_context,
+            chunk_size: i.chunk_size,
+            model_fingerprint: i.model_fingerprint,
+        })
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // SAFETY: we own the handle and nothing else can be using it (&mut self).
+        unsafe { sys::chunkserve_engine_destroy(self.ptr.as_ptr()) }
+    }
+}
+
+/// Facts about the served model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Info {
+    pub vocab_size: i32,
+    pub max_context: i32,
+    pub chunk_size: i32,
+    pub model_fingerprint: u64,
+}
+
+/// A generation request; zero values mean the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct Request<'a> {
+    /// Token ids in [0, vocab); required.
+    pub prompt: &'a [i32],
+    /// 0: 16.
+    pub max_new_tokens: i32,
+    /// Generating one of these ends the request ([`FinishReason::StopToken`]).
+    pub stop_tokens: &'a [i32],
+    /// 0: greedy.
+    pub temperature: f32,
+    /// 0: no limit.
+    pub top_k: i32,
+    /// 0: 1 (no limit).
+    pub top_p: f32,
+    pub seed: u64,
+    /// Higher runs first and is preempted last.
+    pub priority: i32,
+    /// The request ends with [`FinishReason::Deadline`] after this long.
+    pub timeout: Option<Duration>,
+}
+
+/// Why a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    StopToken,
+    Length,
+    Cancelled,
+    Deadline,
+    Error,
+    Unavailable,
+}
+
+impl FinishReason {
+    fn from_raw(raw: i32) -> FinishReason {
+        match raw {
+            sys::CHUNKSERVE_FINISH_STOP_TOKEN => FinishReason::StopToken,
+            sys::CHUNKSERVE_FINISH_LENGTH => FinishReason::Length,
+            sys::CHUNKSERVE_FINISH_CANCELLED => FinishReason::Cancelled,
+            sys::CHUNKSERVE_FINISH_DEADLINE => FinishReason::Deadline,
+            sys::CHUNKSERVE_FINISH_UNAVAILABLE => FinishReason::Unavailable,
+            _ => FinishReason::Error, // unknown future values count as errors
+        }
+    }
+}
+
+/// A request's terminal event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finish {
+    pub reason: FinishReason,
+    pub prompt_tokens: i32,
+    /// Prompt tokens whose KV came from the prefix cache.
+    pub cached_tokens: i32,
+    pub generated_tokens: i32,
+    /// The engine's error for `Error` and `Unavailable`.
+    pub error: Option<Error>,
+}
+
+/// One element of a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    Token { token: i32, index: i32 },
+    Finished(Finish),
+}
+
+/// # Safety
+/// `e.error_message` must be null or a valid C string.
+unsafe fn event_from_c(e: &sys::chunkserve_stream_event_t) -> Event {
+    if e.kind == sys::CHUNKSERVE_EVENT_TOKEN {
+        return Event::Token {
+            token: e.token,
+            index: e.index,
+        };
+    }
+    let error = (e.status != sys::CHUNKSERVE_STATUS_OK).then(|| {
+        let message = if e.error_message.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(e.error_message)
+                .to_string_lossy()
+                .into_owned()
+        };
+        Error {
+            code: Code::from_raw(e.status),
+            message,
+        }
+    });
+    Event::Finished(Finish {
+        reason: FinishReason::from_raw(e.finish_reason),
+        prompt_tokens: e.prompt_tokens,
+        cached_tokens: e.cached_tokens,
+        generated_tokens: e.generated_tokens,
+        error,
+    })
+}
+
+type Callback = Box<dyn FnMut(Event) + Send + 'static>;
+
+/// One request's output: tokens, then one terminal event. As an [`Iterator`] it yields the
+/// tokens (`Ok(token)`), then ends; when the request failed (`Error` or `Unavailable`) it yields
+/// that error once before ending. [`Stream::finish`] then holds the terminal event. Dropping the
+/// stream cancels a request that is still running.
+pub struct Stream {
+    ptr: NonNull<sys::chunkserve_stream_t>,
+    finish: Option<Finish>,
+    ended: bool,
+    // Freed after chunkserve_stream_destroy, which guarantees no invocation is running or follows.
+    callback: Option<Box<Callback>>,
+}
+
+// SAFETY: the C stream handle may be used from any thread; its &self methods (id, cancel) may
+// overlap each other and next, and the &mut self methods cannot overlap anything in safe Rust.
+unsafe impl Send for Stream {}
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// The request id, for [`Engine::cancel`].
+    pub fn id(&self) -> u64 {
+        // SAFETY: a live stream handle.
+        unsafe { sys::chunkserve_stream_id(self.ptr.as_ptr()) }
+    }
+
+    /// Asks the engine to cancel; the terminal event ([`FinishReason::Cancelled`]) still comes.
+    /// A no-op once the request has finished.
+    pub fn cancel(&self) -> Result<()> {
+        // SAFETY: a live stream handle.
+        call(|e| unsafe { sys::chunkserve_stream_cancel(self.ptr.as_ptr(), e) })
+    }
+
+    /// The terminal event, once it has been received.
+    pub fn finish(&self) -> Option<&Finish> {
+        self.finish.as_ref()
+    }
+
+    /// Waits up to `timeout` (None: no limit) for the next event. `Ok(None)` once the terminal
+    /// event has been returned; `Err` with [`Code::DeadlineExceeded`] when the timeout passed.
+    pub fn next_event(&mut self, timeout: Option<Duration>) -> Result<Option<Event>> {
+        let timeout_ms = match timeout {
+            None => sys::CHUNKSERVE_WAIT_FOREVER,
+            Some(t) => t.as_millis().min(i64::MAX as u128) as i64,
+        };
+        // SAFETY: zeroed is valid for the plain C struct.
+        let mut ev: sys::chunkserve_stream_event_t = unsafe { std::mem::zeroed() };
+        ev.struct_size = size_of::<sys::chunkserve_stream_event_t>() as u32;
+        let mut error = ptr::null_mut();
+        // SAFETY: a live stream handle and a correctly sized event.
+        let status = unsafe {
+            sys::chunkserve_stream_next(self.ptr.as_ptr(), timeout_ms, &mut ev, &mut error)
+        };
+        if status == sys::CHUNKSERVE_STATUS_OUT_OF_RANGE {
+            check(sys::CHUNKSERVE_STATUS_OK, error)?; // frees the error object
+            self.ended = true;
+            return Ok(None);
+        }
+        check(status, error)?;
+        // SAFETY: error_message is valid until the stream is destroyed.
+        let event = unsafe { event_from_c(&ev) };
+        if let Event::Finished(f) = &event {
+            self.finish = Some(f.clone());
+        }
+        Ok(Some(event))
+    }
+
+    /// Receives the remaining events and returns the terminal one (tokens are discarded).
+    pub fn wait(&mut self) -> Result<Finish> {
+        while self.next_event(None)?.is_some() {}
+        self.finish
+            .clone()
+            .ok_or_else(|| Error::new(Code::Internal, "stream ended without a terminal event"))
+    }
+
+    /// Delivers every event to `f` instead of the pull API, in order, starting with the events
+    /// already queued (delivered on this thread before this returns). Later events arrive on the
+    /// engine's thread: `f` must be quick and must not block. A panic in `f` is caught (and the
+    /// rest of the events are dropped). Afterwards the pull API returns `FailedPrecondition`.
+    pub fn set_callback(&mut self, f: impl FnMut(Event) + Send + 'static) -> Result<()> {
+        if self.callback.is_some() {
+            return Err(Error::new(Code::FailedPrecondition, "callback already set"));
+        }
+        let mut boxed: Box<Callback> = Box::new(Box::new(f));
+        let user_data = (&mut *boxed) as *mut Callback as *mut c_void;
+        // SAFETY: user_data points into a heap box kept alive until after chunkserve_stream_destroy.
+        let result = call(|e| unsafe {
+            sys::chunkserve_stream_set_callback(self.ptr.as_ptr(), Some(trampoline), user_data, e)
+        });
+        // Keep the box even on failure: the library never invokes a callback it rejected, and
+        // dropping it at destroy time is always safe.
+        self.callback = Some(boxed);
+        result
+    }
+}
+
+unsafe extern "C" fn trampoline(
+    event: *const sys::chunkserve_stream_event_t,
+    user_data: *mut c_void,
+) {
+    let callback = &mut *(user_data as *mut Callback);
+    let event = event_from_c(&*event);
+    // Unwinding into C is undefined behaviour: stop it here.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| callback(event)));
+}
+
+impl Iterator for Stream {
+    type Item = Result<i32>;
+
+    fn next(&mut self) -> Option<Result<i32>> {
+        if self.ended {
+            return None;
+        }
+        match self.next_event(None) {
+            Ok(Some(Event::Token { token, .. })) => Some(Ok(token)),
+            Ok(Some(Event::Finished(f))) => {
+                self.ended = true;
+                f.error.map(Err)
+            }
+            Ok(None) => {
+                self.ended = true;
+                None
+            }
+            Err(e) => {
+                self.ended = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: we own the handle; &mut self excludes concurrent calls. After destroy returns
+        // the callback is never invoked again, so its box can go.
+        unsafe { sys::chunkserve_stream_destroy(self.ptr.as_ptr()) }
+        self.callback.take();
+    }
+}

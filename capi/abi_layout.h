@@ -1,0 +1,29 @@
+// Frozen facts of the C ABI that the implementation needs: the sizes of the first published
+// version of each versioned struct (the smallest struct_size the library accepts) and the version
+// string. abi_layout.cc pins every layout with static asserts.
+#ifndef CHUNKSERVE_CAPI_ABI_LAYOUT_H_
+#define CHUNKSERVE_CAPI_ABI_LAYOUT_H_
+
+#include <cstddef>
+
+#include "capi/include/chunkserve/chunkserve.h"
+
+namespace chunkserve::capi {
+
+// Version 1 (chunkserve 0.1) sizes on LP64. Never change these: a struct grows by appending
+// fields, and callers built against version 1 keep passing these sizes.
+inline constexpr size_t kEngineOptionsV1Size = 56;
+inline constexpr size_t kRequestOptionsV1Size = 72;
+inline constexpr size_t kEngineStatsV1Size = 160;
+inline constexpr size_t kEngineInfoV1Size = 24;
+inline constexpr size_t kStreamEventV1Size = 48;
+
+#define CHUNKSERVE_CAPI_STR_INNER_(x) #x
+#define CHUNKSERVE_CAPI_STR_(x) CHUNKSERVE_CAPI_STR_INNER_(x)
+inline constexpr const char kVersionString[] =
+    CHUNKSERVE_CAPI_STR_(CHUNKSERVE_VERSION_MAJOR) "." CHUNKSERVE_CAPI_STR_(
+        CHUNKSERVE_VERSION_MINOR) "." CHUNKSERVE_CAPI_STR_(CHUNKSERVE_VERSION_PATCH);
+
+}  // namespace chunkserve::capi
+
+#endif  // CHUNKSERVE_CAPI_ABI_LAYOUT_H_

@@ -1,0 +1,631 @@
+// The C ABI over chunkserve::engine: handles, versioned structs and one guard per entry point.
+//
+// Every exported function runs its body inside Guard(), which turns a non-OK Status, a C++
+// exception or an allocation failure into a status code plus an optional error object, so nothing
+// but a code crosses the ABI. Versioned structs are copied through ReadVersioned / WriteVersioned,
+// which touch only the bytes the caller's struct_size covers; their layouts are frozen in
+// abi_layout.cc.
+#include "capi/include/chunkserve/chunkserve.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "capi/abi_layout.h"
+#include "runtime/base/finish_reason.h"
+#include "runtime/base/status.h"
+#include "runtime/engine/engine.h"
+#include "runtime/sched/request.h"
+#include "runtime/sched/stream.h"
+
+namespace cs = ::chunkserve;
+
+struct chunkserve_error {
+  chunkserve_status_t code;
+  std::string message;
+};
+
+struct chunkserve_engine {
+  std::unique_ptr<cs::engine::Engine> engine;
+};
+
+namespace {
+
+using cs::Status;
+using cs::sched::RequestStream;
+using cs::sched::StreamEvent;
+
+// Handed out when even the error object cannot be allocated; chunkserve_error_free ignores it.
+// The message fits std::string's small buffer, so constructing it allocates nothing.
+chunkserve_error g_out_of_memory{CHUNKSERVE_STATUS_RESOURCE_EXHAUSTED, "out of memory"};
+
+chunkserve_status_t Report(chunkserve_error_t** out_error, chunkserve_status_t code,
+                           std::string_view message) noexcept {
+  if (out_error != nullptr) {
+    try {
+      *out_error = new chunkserve_error{code, std::string(message)};
+    } catch (...) {
+      *out_error = &g_out_of_memory;
+    }
+  }
+  return code;
+}
+
+// Runs `body` (returning Status) and reports its outcome; nothing escapes.
+template <typename Body>
+chunkserve_status_t Guard(const char* function, chunkserve_error_t** out_error,
+                          Body&& body) noexcept {
+  if (out_error != nullptr) *out_error = nullptr;
+  try {
+    const Status s = body();
+    if (s.ok()) return CHUNKSERVE_STATUS_OK;
+    return Report(out_error, static_cast<chunkserve_status_t>(s.code()), s.message());
+  } catch (const std::bad_alloc&) {
+    return Report(out_error, CHUNKSERVE_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+  } catch (const std::exception& e) {
+    try {
+      return Report(out_error, CHUNKSERVE_STATUS_INTERNAL,
+                    std::string(function) + ": unexpected exception: " + e.what());
+    } catch (...) {
+      return Report(out_error, CHUNKSERVE_STATUS_INTERNAL, "unexpected exception");
+    }
+  } catch (...) {
+    return Report(out_error, CHUNKSERVE_STATUS_INTERNAL, "unexpected non-standard exception");
+  }
+}
+
+// For the void entry points (*_destroy): swallow whatever a destructor might throw.
+template <typename Body>
+void GuardVoid(Body&& body) noexcept {
+  try {
+    body();
+  } catch (...) {
+  }
+}
+
+Status NullArgument(const char* function, const char* name) {
+  return Status::InvalidArgument(std::string(function) + ": " + name + " is NULL");
+}
+
+Status CheckStructSize(const char* function, const char* type, uint32_t struct_size, size_t v1_size,
+                       size_t current_size) {
+  if (struct_size >= v1_size && struct_size <= current_size) return Status::Ok();
+  return Status::InvalidArgument(std::string(function) + ": " + type + ".struct_size is " +
+                                 std::to_string(struct_size) + ", expected " +
+                                 std::to_string(v1_size) + ".." + std::to_string(current_size) +
+                                 " (set it to sizeof(" + type + "))");
+}
+
+// Copies the caller's struct over `*out` (which holds the defaults): only the bytes the caller's
+// struct_size covers are read, so fields newer than the caller keep their defaults.
+template <typename T>
+Status ReadVersioned(const char* function, const char* type, const T* in, size_t v1_size, T* out) {
+  CHUNKSERVE_RETURN_IF_ERROR(CheckStructSize(function, type, in->struct_size, v1_size, sizeof(T)));
+  std::memcpy(static_cast<void*>(out), in, in->struct_size);
+  return Status::Ok();
+}
+
+// Writes `value` into the caller's struct, only as many bytes as its struct_size says; the
+// caller's struct_size is kept.
+template <typename T>
+Status WriteVersioned(const char* function, const char* type, const T& value, size_t v1_size,
+                      T* out) {
+  const uint32_t size = out->struct_size;
+  CHUNKSERVE_RETURN_IF_ERROR(CheckStructSize(function, type, size, v1_size, sizeof(T)));
+  T copy = value;
+  copy.struct_size = size;
+  std::memcpy(static_cast<void*>(out), &copy, size);
+  return Status::Ok();
+}
+
+// Initialises a versioned struct whose caller-side size is `struct_size`.
+template <typename T>
+Status InitVersioned(const char* function, const char* type, const T& defaults,
+                     uint32_t struct_size, size_t v1_size, T* out) {
+  if (out == nullptr) return NullArgument(function, "options");
+  CHUNKSERVE_RETURN_IF_ERROR(CheckStructSize(function, type, struct_size, v1_size, sizeof(T)));
+  T copy = defaults;
+  copy.struct_size = struct_size;
+  std::memcpy(static_cast<void*>(out), &copy, struct_size);
+  return Status::Ok();
+}
+
+chunkserve_engine_options_t DefaultEngineOptions() {
+  const cs::engine::EngineOptions d;
+  chunkserve_engine_options_t o{};
+  o.struct_size = sizeof(o);
+  o.backend = static_cast<int32_t>(d.backend);
+  o.model_path = nullptr;
+  o.kv_cache_bytes = d.kv_cache_bytes;
+  o.chunk_size = d.chunk_size;
+  o.kv_dtype = static_cast<int32_t>(d.kv_dtype);
+  o.enable_prefix_sharing = d.enable_prefix_sharing ? 1 : 0;
+  o.num_threads = d.num_threads;
+  o.max_batch_size = d.max_batch_size;
+  o.prefill_token_budget = d.prefill_token_budget;
+  o.max_queued_requests = d.max_queued_requests;
+  o.reserved0 = 0;
+  return o;
+}
+
+chunkserve_request_options_t DefaultRequestOptions() {
+  const cs::sched::RequestOptions d;
+  chunkserve_request_options_t o{};
+  o.struct_size = sizeof(o);
+  o.max_new_tokens = d.max_new_tokens;
+  o.prompt_tokens = nullptr;
+  o.num_prompt_tokens = 0;
+  o.stop_tokens = nullptr;
+  o.num_stop_tokens = 0;
+  o.temperature = d.sampling.temperature;
+  o.top_k = d.sampling.top_k;
+  o.top_p = d.sampling.top_p;
+  o.priority = d.priority;
+  o.seed = d.sampling.seed;
+  o.deadline_ms = 0;
+  return o;
+}
+
+Status ToEngineOptions(const chunkserve_engine_options_t& in, cs::engine::EngineOptions* out) {
+  const cs::engine::EngineOptions d;
+  constexpr const char* kFn = "chunkserve_engine_create";
+  if (in.backend != CHUNKSERVE_BACKEND_CPU && in.backend != CHUNKSERVE_BACKEND_CUDA) {
+    return Status::InvalidArgument(std::string(kFn) + ": unknown backend " +
+                                   std::to_string(in.backend));
+  }
+  if (in.kv_dtype != CHUNKSERVE_DTYPE_F32 && in.kv_dtype != CHUNKSERVE_DTYPE_F16 &&
+      in.kv_dtype != CHUNKSERVE_DTYPE_BF16) {
+    return Status::InvalidArgument(std::string(kFn) + ": unknown kv_dtype " +
+                                   std::to_string(in.kv_dtype));
+  }
+  if (in.enable_prefix_sharing != 0 && in.enable_prefix_sharing != 1) {
+    return Status::InvalidArgument(std::string(kFn) +
+                                   ": enable_prefix_sharing must be 0 or 1, got " +
+                                   std::to_string(in.enable_prefix_sharing));
+  }
+  if (in.num_threads < 0) {
+    return Status::InvalidArgument(std::string(kFn) + ": num_threads must be >= 0, got " +
+                                   std::to_string(in.num_threads));
+  }
+  if (in.reserved0 != 0) return Status::InvalidArgument(std::string(kFn) + ": reserved0 must be 0");
+  out->model_dir = in.model_path != nullptr ? in.model_path : "";
+  out->backend = static_cast<cs::engine::BackendKind>(in.backend);
+  out->num_threads = in.num_threads;
+  out->chunk_size = in.chunk_size != 0 ? in.chunk_size : d.chunk_size;
+  out->kv_cache_bytes = in.kv_cache_bytes != 0 ? in.kv_cache_bytes : d.kv_cache_bytes;
+  out->kv_dtype = static_cast<decltype(out->kv_dtype)>(in.kv_dtype);
+  out->enable_prefix_sharing = in.enable_prefix_sharing != 0;
+  out->max_batch_size = in.max_batch_size != 0 ? in.max_batch_size : d.max_batch_size;
+  out->prefill_token_budget = in.prefill_token_budget;
+  out->max_queued_requests =
+      in.max_queued_requests != 0 ? in.max_queued_requests : d.max_queued_requests;
+  return Status::Ok();
+}
+
+// A deadline this far away is no deadline; it also keeps now() + deadline from overflowing.
+constexpr uint64_t kMaxDeadlineMs = uint64_t{100} * 365 * 24 * 3600 * 1000;
+
+Status ToRequestOptions(const chunkserve_request_options_t& in, int32_t max_context,
+                        cs::sched::RequestOptions* out) {
+  constexpr const char* kFn = "chunkserve_engine_submit";
+  if (in.prompt_tokens == nullptr && in.num_prompt_tokens != 0) {
+    return NullArgument(kFn, "prompt_tokens (with num_prompt_tokens > 0)");
+  }
+  if (in.stop_tokens == nullptr && in.num_stop_tokens != 0) {
+    return NullArgument(kFn, "stop_tokens (with num_stop_tokens > 0)");
+  }
+  // Checked before copying, so a wild count cannot make us allocate gigabytes.
+  if (max_context > 0 && in.num_prompt_tokens >= static_cast<uint64_t>(max_context)) {
+    return Status::InvalidArgument("prompt of " + std::to_string(in.num_prompt_tokens) +
+                                   " tokens leaves no room in the context of " +
+                                   std::to_string(max_context));
+  }
+  if (in.num_stop_tokens > static_cast<uint64_t>(INT32_MAX)) {
+    return Status::InvalidArgument(std::string(kFn) + ": num_stop_tokens is too large");
+  }
+  out->prompt.assign(in.prompt_tokens, in.prompt_tokens + in.num_prompt_tokens);
+  out->stop_tokens.assign(in.stop_tokens, in.stop_tokens + in.num_stop_tokens);
+  out->max_new_tokens = in.max_new_tokens;
+  out->sampling.temperature = in.temperature;
+  out->sampling.top_k = in.top_k;
+  out->sampling.top_p = in.top_p;
+  out->sampling.seed = in.seed;
+  out->priority = in.priority;
+  if (in.deadline_ms != 0 && in.deadline_ms <= kMaxDeadlineMs) {
+    out->deadline =
+        cs::sched::Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(in.deadline_ms));
+  }
+  return Status::Ok();
+}
+
+// The callback registered on a stream. `mu` is held while the user's function runs, so
+// chunkserve_stream_destroy (which sets `detached` under it) waits for a running invocation and
+// none starts afterwards. Recursive, so a callback that destroys its own stream against the
+// header's advice does not deadlock.
+struct CallbackSlot {
+  std::recursive_mutex mu;
+  chunkserve_stream_callback_t fn = nullptr;
+  void* user_data = nullptr;
+  bool detached = false;
+};
+
+// Converts an engine event; `message` must outlive the use of the result.
+chunkserve_stream_event_t ToCEvent(const StreamEvent& e, const std::string* message) {
+  chunkserve_stream_event_t c{};
+  c.struct_size = sizeof(c);
+  c.finish_reason = 0;
+  c.status = CHUNKSERVE_STATUS_OK;
+  c.error_message = nullptr;
+  if (e.kind == StreamEvent::Kind::kToken) {
+    c.kind = CHUNKSERVE_EVENT_TOKEN;
+    c.token = e.token;
+    c.index = e.index;
+    return c;
+  }
+  c.kind = CHUNKSERVE_EVENT_FINISHED;
+  c.token = -1;
+  c.index = 0;
+  c.finish_reason = static_cast<int32_t>(e.finish.reason);
+  c.status = static_cast<chunkserve_status_t>(e.finish.error.code());
+  c.prompt_tokens = e.finish.prompt_tokens;
+  c.cached_tokens = e.finish.cached_tokens;
+  c.generated_tokens = e.finish.generated_tokens;
+  if (!e.finish.error.ok() && message != nullptr) c.error_message = message->c_str();
+  return c;
+}
+
+}  // namespace
+
+struct chunkserve_stream {
+  std::shared_ptr<RequestStream> stream;
+  std::atomic<bool> has_callback{false};
+  std::mutex mu;  // guards callback
+  std::shared_ptr<CallbackSlot> callback;
+  std::string finish_message;  // the FINISHED event's message, returned by next()
+};
+
+extern "C" {
+
+// ---- Status, errors, versions ----------------------------------------------------------------
+
+const char* chunkserve_status_name(chunkserve_status_t status) {
+  switch (status) {
+    case CHUNKSERVE_STATUS_OK:
+      return "OK";
+    case CHUNKSERVE_STATUS_INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case CHUNKSERVE_STATUS_NOT_FOUND:
+      return "NOT_FOUND";
+    case CHUNKSERVE_STATUS_ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case CHUNKSERVE_STATUS_RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case CHUNKSERVE_STATUS_FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case CHUNKSERVE_STATUS_OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case CHUNKSERVE_STATUS_UNAVAILABLE:
+      return "UNAVAILABLE";
+    case CHUNKSERVE_STATUS_DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case CHUNKSERVE_STATUS_CANCELLED:
+      return "CANCELLED";
+    case CHUNKSERVE_STATUS_INTERNAL:
+      return "INTERNAL";
+    case CHUNKSERVE_STATUS_UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case CHUNKSERVE_STATUS_DATA_LOSS:
+      return "DATA_LOSS";
+    case CHUNKSERVE_STATUS_ABORTED:
+      return "ABORTED";
+    default:
+      return "UNKNOWN";
+  }
+}
+
+chunkserve_status_t chunkserve_error_code(const chunkserve_error_t* error) {
+  return error != nullptr ? error->code : CHUNKSERVE_STATUS_OK;
+}
+
+const char* chunkserve_error_message(const chunkserve_error_t* error) {
+  return error != nullptr ? error->message.c_str() : "";
+}
+
+void chunkserve_error_free(chunkserve_error_t* error) {
+  if (error == &g_out_of_memory) return;
+  delete error;
+}
+
+const char* chunkserve_version(void) { return chunkserve::capi::kVersionString; }
+
+int32_t chunkserve_abi_version(void) { return CHUNKSERVE_ABI_VERSION; }
+
+const char* chunkserve_finish_reason_name(int32_t finish_reason) {
+  switch (finish_reason) {
+    case CHUNKSERVE_FINISH_STOP_TOKEN:
+    case CHUNKSERVE_FINISH_LENGTH:
+    case CHUNKSERVE_FINISH_CANCELLED:
+    case CHUNKSERVE_FINISH_DEADLINE:
+    case CHUNKSERVE_FINISH_ERROR:
+    case CHUNKSERVE_FINISH_UNAVAILABLE:
+      // FinishReasonName returns views of string literals, so data() is NUL-terminated.
+      return cs::FinishReasonName(static_cast<cs::FinishReason>(finish_reason)).data();
+    default:
+      return "unknown";
+  }
+}
+
+// ---- Engine ------------------------------------------------------------------------------------
+
+chunkserve_status_t chunkserve_engine_options_init(chunkserve_engine_options_t* options,
+                                                   uint32_t struct_size,
+                                                   chunkserve_error_t** out_error) {
+  return Guard(__func__, out_error, [&] {
+    return InitVersioned(__func__, "chunkserve_engine_options_t", DefaultEngineOptions(),
+                         struct_size, chunkserve::capi::kEngineOptionsV1Size, options);
+  });
+}
+
+chunkserve_status_t chunkserve_engine_create(const chunkserve_engine_options_t* options,
+                                             chunkserve_engine_t** out_engine,
+                                             chunkserve_error_t** out_error) {
+  return Guard(__func__, out_error, [&]() -> Status {
+    if (out_engine == nullptr) return NullArgument(__func__, "out_engine");
+    *out_engine = nullptr;
+    chunkserve_engine_options_t c = DefaultEngineOptions();
+    if (options != nullptr) {
+      CHUNKSERVE_RETURN_IF_ERROR(ReadVersioned(__func__, "chunkserve_engine_options_t", options,
+                                               chunkserve::capi::kEngineOptionsV1Size, &c));
+    }
+    cs::engine::EngineOptions eo;
+    CHUNKSERVE_RETURN_IF_ERROR(ToEngineOptions(c, &eo));
+    auto handle = std::make_unique<chunkserve_engine>();
+    CHUNKSERVE_ASSIGN_OR_RETURN(handle->engine, cs::engine::Engine::Create(eo));
+    *out_engine = handle.release();
+    return Status::Ok();
+  });
+}
+
+void chunkserve_engine_destroy(chunkserve_engine_t* engine) {
+  GuardVoid([&] { delete engine; });
+}
+
+chunkserve_status_t chunkserve_engine_shutdown(chunkserve_engine_t* engine, int32_t mode,
+                                               chunkserve_error_t** out_error) {
+  return Guard(__func__, out_error, [&]() -> Status {
+    if (engine == nullptr) return NullArgument(__func__, "engine");
+    if (mode != CHUNKSERVE_SHUTDOWN_DRAIN && mode != CHUNKSERVE_SHUTDOWN_ABORT) {
+      return Status::InvalidArgument(std::string(__func__) + ": unknown shutdown mode " +
+                                     std::to_string(mode));
+    }
+    engine->engine->Shutdown(static_cast<cs::engine::ShutdownMode>(mode));
+    return Status::Ok();
+  });
+}
+
+chunkserve_status_t chunkserve_request_options_init(chunkserve_request_options_t* options,
+                                                    uint32_t struct_size,
+                                                    chunkserve_error_t** out_error) {
+  return Guard(__func__, out_error, [&] {
+    return InitVersioned(__func__, "chunkserve_request_options_t", DefaultRequestOptions(),
+                         struct_size, chunkserve::capi::kRequestOptionsV1Size, options);
+  });
+}
+
+chunkserve_status_t chunkserve_engine_submit(chunkserve_engine_t* engine,
+                                             const chunkserve_request_options_t* request,
+                                             chunkserve_stream_t** out_stream,
+                                             chunkserve_error_t** out_error) {
+  return Guard(__func__, out_error, [&]() -> Status {
+    if (out_stream == nullptr) return NullArgument(__func__, "out_stream");
+    *out_stream = nullptr;
+    if (engine == nullptr) return NullArgument(__func__, "engine");
+    if (request == nullptr) return NullArgument(__func__, "request");
+    chunkserve_request_options_t c = DefaultRequestOptions();
+    CHUNKSERVE_RETURN_IF_ERROR(ReadVersioned(__func__, "chunkserve_request_options_t", request,
+                                             chunkserve::capi::kRequestOptionsV1Size, &c));
+    cs::sched::RequestOptions ro;
+    CHUNKSERVE_RETURN_IF_ERROR(ToRequestOptions(c, engine->engine->max_context(), &ro));
+    // Allocated first: once Submit succeeds nothing may fail, or the request would run unowned.
+    auto handle = std::make_unique<chunkserve_stream>();
+    CHUNKSERVE_ASSIGN_OR_RETURN(handle->stream, engine->engine->Submit(std::move(ro)));
+    *out_stream = handle.release();
+    return Status::Ok();
+  });
+}
+
+chunkserve_status_t chunkserve_engine_cancel(chunkserve_engine_t* engine, uint64_t request_id,
+                                             chunkserve_error_t** out_error) {
+  return Guard(__func__, out_error, [&]() -> Status {
+    if (engine == nullptr) return NullArgument(__func__, "engine");
+    return engine->engine->Cancel(cs::RequestId(request_id));
+  });
+}
+
+chunkserve_status_t chunkserve_engine_stats(chunkserve_engine_t* engine,
+                                            chunkserve_engine_stats_t* stats,
+                                            chunkserve_error_t** out_error) {
+  return Guard(__func__, out_error, [&]() -> Status {
+    if (engine == nullptr) return NullArgument(__func__, "engine");
+    if (stats == nullptr) return NullArgument(__func__, "stats");
+    // Checked before the engine is asked, so a bad size fails without side effects.
+    CHUNKSERVE_RETURN_IF_ERROR(
+        CheckStructSize(__func__, "chunkserve_engine_stats_t", stats->struct_size,
+                        chunkserve::capi::kEngineStatsV1Size, sizeof(chunkserve_engine_stats_t)));
+    const cs::engine::EngineStats s = engine->engine->Stats();
+    chunkserve_engine_stats_t c{};
+    c.struct_size = sizeof(c);
+    c.running = s.running;
+    c.requests_submitted = s.requests_submitted;
+    c.requests_finished = s.requests_finished;
+    c.prompt_tokens = s.prompt_tokens;
+    c.prefix_hit_tokens = s.prefix_hit_tokens;
+    c.prefill_tokens = s.prefill_tokens;
+    c.generated_tokens = s.generated_tokens;
+    c.steps = s.steps;
+    c.evicted_chunks = s.evicted_chunks;
+    c.preemptions = s.preemptions;
+    c.queued = s.queued;
+    c.last_batch_size = s.last_batch_size;
+    c.kv_bytes_used = s.kv_bytes_used;
+    c.kv_bytes_referenced = s.kv_bytes_referenced;
+    c.kv_bytes_if_unshared = s.kv_bytes_if_unshared;
+    c.kv_bytes_capacity = s.kv_bytes_capacity;
+    c.kv_bytes_peak = s.kv_bytes_peak;
+    c.chunks_total = s.chunks_total;
+    c.chunks_shared = s.chunks_shared;
+    c.chunks_retained = s.chunks_retained;
+    c.reserved0 = 0;
+    c.decode_tokens_per_s = s.decode_tokens_per_s;
+    c.prefill_tokens_per_s = s.prefill_tokens_per_s;
+    return WriteVersioned(__func__, "chunkserve_engine_stats_t", c,
+                          chunkserve::capi::kEngineStatsV1Size, stats);
+  });
+}
+
+chunkserve_status_t chunkserve_engine_info(chunkserve_engine_t* engine,
+                                           chunkserve_engine_info_t* info,
+                                           chunkserve_error_t** out_error) {
+  return Guard(__func__, out_error, [&]() -> Status {
+    if (engine == nullptr) return NullArgument(__func__, "engine");
+    if (info == nullptr) return NullArgument(__func__, "info");
+    chunkserve_engine_info_t c{};
+    c.struct_size = sizeof(c);
+    c.vocab_size = engine->engine->vocab_size();
+    c.max_context = engine->engine->max_context();
+    c.chunk_size = engine->engine->chunk_size();
+    c.model_fingerprint = engine->engine->model_fingerprint();
+    return WriteVersioned(__func__, "chunkserve_engine_info_t", c,
+                          chunkserve::capi::kEngineInfoV1Size, info);
+  });
+}
+
+// ---- Streams -----------------------------------------------------------------------------------
+
+uint64_t chunkserve_stream_id(const chunkserve_stream_t* stream) {
+  return stream != nullptr ? stream->stream->id().value() : 0;
+}
+
+chunkserve_status_t chunkserve_stream_next(chunkserve_stream_t* stream, int64_t timeout_ms,
+                                           chunkserve_stream_event_t* event,
+                                           chunkserve_error_t** out_error) {
+  return Guard(__func__, out_error, [&]() -> Status {
+    if (stream == nullptr) return NullArgument(__func__, "stream");
+    if (event == nullptr) return NullArgument(__func__, "event");
+    CHUNKSERVE_RETURN_IF_ERROR(
+        CheckStructSize(__func__, "chunkserve_stream_event_t", event->struct_size,
+                        chunkserve::capi::kStreamEventV1Size, sizeof(chunkserve_stream_event_t)));
+    const auto callback_set = [&] {
+      return Status::FailedPrecondition(std::string(__func__) +
+                                        ": the stream delivers to a callback");
+    };
+    // Waited in slices so that a callback set meanwhile (which takes the events without waking
+    // us) ends the wait promptly.
+    constexpr auto kSlice = std::chrono::milliseconds(100);
+    const bool forever = timeout_ms < 0;
+    auto remaining = std::chrono::milliseconds(forever ? 0 : timeout_ms);
+    StreamEvent e;
+    for (;;) {
+      if (stream->has_callback.load()) return callback_set();
+      const auto slice = forever ? kSlice : std::min(remaining, kSlice);
+      const RequestStream::NextResult r = stream->stream->Next(&e, slice);
+      if (r == RequestStream::NextResult::kEvent) break;
+      if (r == RequestStream::NextResult::kEnded) {
+        if (stream->has_callback.load()) return callback_set();
+        return Status::OutOfRange(std::string(__func__) + ": the stream has ended");
+      }
+      if (!forever) {
+        remaining -= slice;
+        if (remaining.count() <= 0) {
+          return Status::DeadlineExceeded(std::string(__func__) + ": no event within " +
+                                          std::to_string(timeout_ms) + " ms");
+        }
+      }
+    }
+    const std::string* message = nullptr;
+    if (e.kind == StreamEvent::Kind::kFinished && !e.finish.error.ok()) {
+      // Only the one thread that receives the FINISHED event writes this.
+      stream->finish_message = std::string(e.finish.error.message());
+      message = &stream->finish_message;
+    }
+    return WriteVersioned(__func__, "chunkserve_stream_event_t", ToCEvent(e, message),
+                          chunkserve::capi::kStreamEventV1Size, event);
+  });
+}
+
+chunkserve_status_t chunkserve_stream_set_callback(chunkserve_stream_t* stream,
+                                                   chunkserve_stream_callback_t callback,
+                                                   void* user_data,
+                                                   chunkserve_error_t** out_error) {
+  return Guard(__func__, out_error, [&]() -> Status {
+    if (stream == nullptr) return NullArgument(__func__, "stream");
+    if (callback == nullptr) return NullArgument(__func__, "callback");
+    auto slot = std::make_shared<CallbackSlot>();
+    slot->fn = callback;
+    slot->user_data = user_data;
+    {
+      std::lock_guard<std::mutex> lock(stream->mu);
+      if (stream->callback != nullptr) {
+        return Status::FailedPrecondition(std::string(__func__) + ": callback already set");
+      }
+      stream->callback = slot;
+    }
+    Status s = stream->stream->SetCallback([slot](const StreamEvent& e) {
+      std::lock_guard<std::recursive_mutex> lock(slot->mu);
+      if (slot->detached) return;
+      try {
+        std::string message;
+        if (e.kind == StreamEvent::Kind::kFinished) message = e.finish.error.message();
+        const chunkserve_stream_event_t c = ToCEvent(e, &message);
+        slot->fn(&c, slot->user_data);
+      } catch (...) {
+        // The engine's step thread must survive a failing conversion or a throwing callback.
+      }
+    });
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(stream->mu);
+      stream->callback.reset();
+      return s;
+    }
+    stream->has_callback.store(true);
+    return Status::Ok();
+  });
+}
+
+chunkserve_status_t chunkserve_stream_cancel(chunkserve_stream_t* stream,
+                                             chunkserve_error_t** out_error) {
+  return Guard(__func__, out_error, [&]() -> Status {
+    if (stream == nullptr) return NullArgument(__func__, "stream");
+    stream->stream->RequestCancel();
+    return Status::Ok();
+  });
+}
+
+void chunkserve_stream_destroy(chunkserve_stream_t* stream) {
+  if (stream == nullptr) return;
+  GuardVoid([&] {
+    // Cancelling a finished request is a no-op, so this is unconditional.
+    stream->stream->RequestCancel();
+    std::shared_ptr<CallbackSlot> slot;
+    {
+      std::lock_guard<std::mutex> lock(stream->mu);
+      slot = stream->callback;
+    }
+    if (slot != nullptr) {
+      std::lock_guard<std::recursive_mutex> lock(slot->mu);  // waits for a running invocation
+      slot->detached = true;
+    }
+  });
+  delete stream;
+}
+
+}  // extern "C"
