@@ -40,6 +40,58 @@ Result<std::filesystem::path> MaterializeTinyModel(const std::string& dir) {
   return path;
 }
 
+// Records the prefix tree's KV events (on the step thread) for the engine's subscriber and
+// snapshots; guarded by its own mutex so snapshots never wait for a step.
+class KvEventLog final : public kv::KvEventObserver {
+ public:
+  void OnChunkStored(uint64_t hash, uint64_t parent_hash) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stored_[hash] = parent_hash;
+    pending_.push_back({KvEvent::Kind::kStored, hash, parent_hash, ++sequence_});
+  }
+  void OnChunkEvicted(uint64_t hash) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stored_.erase(hash);
+    pending_.push_back({KvEvent::Kind::kEvicted, hash, 0, ++sequence_});
+  }
+
+  // Hands the step's events to the callback (step thread).
+  void Flush() {
+    std::vector<KvEvent> events;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (pending_.empty()) return;
+      events.swap(pending_);
+    }
+    std::lock_guard<std::mutex> lock(callback_mu_);
+    if (callback_) callback_(events);
+  }
+
+  void SetCallback(KvEventCallback callback) {
+    std::lock_guard<std::mutex> lock(callback_mu_);
+    callback_ = std::move(callback);
+  }
+
+  KvSnapshot Snapshot() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    KvSnapshot snapshot;
+    snapshot.sequence = sequence_;
+    snapshot.chunks.reserve(stored_.size());
+    for (const auto& [hash, parent] : stored_) {
+      snapshot.chunks.push_back({KvEvent::Kind::kStored, hash, parent, 0});
+    }
+    return snapshot;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, uint64_t> stored_;  // hash -> parent hash
+  std::vector<KvEvent> pending_;
+  uint64_t sequence_ = 0;
+  std::mutex callback_mu_;  // held while the callback runs
+  KvEventCallback callback_;
+};
+
 class EngineImpl final : public Engine {
  public:
   EngineImpl(const EngineOptions& options, model::LoadedModel model, bool owns_model_dir)
@@ -84,6 +136,7 @@ class EngineImpl final : public Engine {
                                                      .slot_bytes = slot_bytes,
                                                      .model_fingerprint = model_.fingerprint()}));
     tree_ = std::make_unique<kv::PrefixTree>(std::move(tree));
+    tree_->SetObserver(&kv_log_);
     scheduler_ = std::make_unique<sched::Scheduler>(
         sched::SchedulerOptions{.max_batch_size = options_.max_batch_size,
                                 .token_budget = options_.prefill_token_budget,
@@ -149,6 +202,12 @@ class EngineImpl final : public Engine {
   uint64_t model_fingerprint() const override { return model_.fingerprint(); }
   int32_t chunk_size() const override { return options_.chunk_size; }
 
+  void SetKvEventCallback(KvEventCallback callback) override {
+    kv_log_.SetCallback(std::move(callback));
+  }
+
+  KvSnapshot GetKvSnapshot() const override { return kv_log_.Snapshot(); }
+
   void Shutdown(ShutdownMode mode) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -206,6 +265,7 @@ class EngineImpl final : public Engine {
         scheduler_->AbortAll(FinishReason::kError, s);
       }
       PublishStats(now);
+      kv_log_.Flush();
       scheduler_->DeliverFinished();
     }
   }
@@ -262,6 +322,7 @@ class EngineImpl final : public Engine {
   const bool owns_model_dir_;
   int32_t num_slots_ = 0;
   std::unique_ptr<backend::Backend> backend_;
+  KvEventLog kv_log_;  // declared before tree_: outlives it
   std::unique_ptr<kv::PrefixTree> tree_;
   std::unique_ptr<sched::Scheduler> scheduler_;
 

@@ -21,8 +21,10 @@
 #define CHUNKSERVE_RUNTIME_ENGINE_ENGINE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/attention_params.h"
 #include "runtime/base/ids.h"
@@ -85,6 +87,28 @@ struct EngineStats {
   double prefill_tokens_per_s = 0.0;
 };
 
+// KV events (DESIGN.md section 6, runtime/kvcache/kv_events.h): which full-chunk hashes the
+// engine's prefix tree holds. Sequence numbers start at 1 and increase by one per event, so a
+// subscriber detects loss by a gap.
+struct KvEvent {
+  enum class Kind : int32_t { kStored = 0, kEvicted = 1 };
+  Kind kind = Kind::kStored;
+  uint64_t hash = 0;         // chained chunk hash
+  uint64_t parent_hash = 0;  // kStored: the hash it was chained from
+  uint64_t sequence = 0;
+};
+
+// Every hash held as of event `sequence` (kind is always kStored).
+struct KvSnapshot {
+  uint64_t sequence = 0;
+  std::vector<KvEvent> chunks;
+};
+
+// Receives the events of one engine step, in sequence order, on the step thread: it must be
+// quick and must not call the engine's blocking methods (Shutdown). It may see events that a
+// snapshot taken meanwhile already reflects: skip those with sequence <= snapshot.sequence.
+using KvEventCallback = std::function<void(const std::vector<KvEvent>& events)>;
+
 class Engine {
  public:
   static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options);
@@ -106,6 +130,14 @@ class Engine {
   virtual int32_t max_context() const = 0;
   virtual uint64_t model_fingerprint() const = 0;
   virtual int32_t chunk_size() const = 0;
+
+  // Sets (replaces; nullptr clears) the one KV event callback. Returns after any call of the
+  // previous callback has finished, so the caller may then destroy what it captured. Must not
+  // be called from inside the callback, nor while holding a lock the callback takes.
+  virtual void SetKvEventCallback(KvEventCallback callback) = 0;
+
+  // A consistent snapshot of the stored hashes: the state after event `sequence`.
+  virtual KvSnapshot GetKvSnapshot() const = 0;
 
   // Stops the engine (idempotent). kDrain blocks until every submitted request has finished.
   virtual void Shutdown(ShutdownMode mode) = 0;

@@ -1,0 +1,142 @@
+// Framing: round trips in every byte split, and every malformed input class gets a Status.
+#include "runtime/wire/framing.h"
+
+#include <capnp/message.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "tests/testing/random.h"
+#include "tests/testing/status_matchers.h"
+
+namespace chunkserve::wire {
+namespace {
+
+using ::chunkserve::testing::StatusIs;
+
+std::vector<uint8_t> GenerateFrame(uint64_t id, int prompt_len) {
+  capnp::MallocMessageBuilder builder;
+  auto g = builder.initRoot<schema::Envelope>().initGenerate();
+  g.setRequestId(id);
+  auto prompt = g.initPrompt(static_cast<unsigned>(prompt_len));
+  for (int i = 0; i < prompt_len; ++i)
+    prompt.set(static_cast<unsigned>(i), static_cast<uint32_t>(i * 3));
+  g.setMaxNewTokens(7);
+  auto bytes = EncodeFrame(builder);
+  EXPECT_OK(bytes.status());
+  return bytes.value();
+}
+
+void PutLe32(std::vector<uint8_t>* v, size_t at, uint32_t x) {
+  for (int i = 0; i < 4; ++i) (*v)[at + i] = static_cast<uint8_t>(x >> (8 * i));
+}
+
+TEST(FramingTest, RoundTripOneFrame) {
+  const auto frame = GenerateFrame(42, 100);
+  ASSERT_OK_AND_ASSIGN(DecodedMessage m, DecodeFrame(frame.data(), frame.size(), {}));
+  ASSERT_EQ(m.root().which(), schema::Envelope::GENERATE);
+  EXPECT_EQ(m.root().getGenerate().getRequestId(), 42u);
+  EXPECT_EQ(m.root().getGenerate().getPrompt().size(), 100u);
+  EXPECT_EQ(m.root().getGenerate().getPrompt()[99], 297u);
+  EXPECT_EQ(m.frame_bytes(), frame.size());
+}
+
+TEST(FramingTest, DecoderHandlesEverySplitAndBackToBackFrames) {
+  std::vector<uint8_t> stream;
+  for (int i = 0; i < 3; ++i) {
+    const auto f = GenerateFrame(static_cast<uint64_t>(i + 1), 10 + i);
+    stream.insert(stream.end(), f.begin(), f.end());
+  }
+  for (size_t step : {size_t{1}, size_t{3}, size_t{7}, size_t{64}, stream.size()}) {
+    FrameDecoder decoder;
+    std::vector<uint64_t> ids;
+    for (size_t at = 0; at < stream.size(); at += step) {
+      ASSERT_OK(decoder.Feed(stream.data() + at, std::min(step, stream.size() - at)));
+      DecodedMessage m;
+      while (decoder.Next(&m)) ids.push_back(m.root().getGenerate().getRequestId());
+    }
+    EXPECT_EQ(ids, (std::vector<uint64_t>{1, 2, 3})) << "step " << step;
+    EXPECT_EQ(decoder.buffered_bytes(), 0u);
+  }
+}
+
+TEST(FramingTest, TruncatedFrameIsAnErrorForOneShotDecode) {
+  const auto frame = GenerateFrame(1, 10);
+  for (size_t n : {size_t{0}, size_t{3}, size_t{8}, frame.size() - 1}) {
+    EXPECT_THAT(DecodeFrame(frame.data(), n, {}).status(), StatusIs(StatusCode::kDataLoss));
+  }
+  // The incremental decoder just waits for more.
+  FrameDecoder decoder;
+  ASSERT_OK(decoder.Feed(frame.data(), frame.size() - 1));
+  DecodedMessage m;
+  EXPECT_FALSE(decoder.Next(&m));
+}
+
+TEST(FramingTest, TooManySegmentsRejectedBeforeBuffering) {
+  std::vector<uint8_t> bytes(8, 0);
+  PutLe32(&bytes, 0, 0xFFFFFFFFu);  // 2^32 segments
+  FrameDecoder decoder;
+  EXPECT_THAT(decoder.Feed(bytes.data(), bytes.size()), StatusIs(StatusCode::kDataLoss));
+  EXPECT_LE(decoder.buffered_bytes(), 8u);
+  // Sticky.
+  EXPECT_FALSE(decoder.Feed(bytes.data(), 1).ok());
+}
+
+TEST(FramingTest, OversizedFrameRejectedFromItsSegmentTable) {
+  std::vector<uint8_t> bytes(8, 0);
+  PutLe32(&bytes, 0, 0);            // one segment
+  PutLe32(&bytes, 4, 0x10000000u);  // 2 GiB
+  FrameDecoder decoder(ReaderLimits{.max_message_bytes = 1u << 20});
+  EXPECT_THAT(decoder.Feed(bytes.data(), bytes.size()), StatusIs(StatusCode::kResourceExhausted));
+  EXPECT_LT(decoder.buffered_bytes(), 64u);
+}
+
+TEST(FramingTest, EmptyFrameRejected) {
+  std::vector<uint8_t> bytes(8, 0);
+  EXPECT_THAT(DecodeFrame(bytes.data(), bytes.size(), {}).status(),
+              StatusIs(StatusCode::kDataLoss));
+}
+
+TEST(FramingTest, BadRootPointerIsDataLoss) {
+  std::vector<uint8_t> bytes(16, 0);
+  PutLe32(&bytes, 4, 1);  // one segment of one word
+  // Root: a struct pointer with offset far outside the segment.
+  const uint64_t ptr = (uint64_t{0x100000} << 2) | (uint64_t{1} << 32);
+  std::memcpy(bytes.data() + 8, &ptr, 8);
+  EXPECT_THAT(DecodeFrame(bytes.data(), bytes.size(), {}).status(),
+              StatusIs(StatusCode::kDataLoss));
+}
+
+TEST(FramingTest, DeepNestingHitsTheNestingLimit) {
+  // A well-formed message whose nesting exceeds a tiny limit: Envelope -> Generate -> Sampling.
+  capnp::MallocMessageBuilder builder;
+  builder.initRoot<schema::Envelope>().initGenerate().initSampling().setTopK(3);
+  ASSERT_OK_AND_ASSIGN(auto frame, EncodeFrame(builder));
+  EXPECT_OK(DecodeFrame(frame.data(), frame.size(), {}).status());
+  EXPECT_THAT(DecodeFrame(frame.data(), frame.size(), ReaderLimits{.nesting_limit = 1}).status(),
+              StatusIs(StatusCode::kDataLoss));
+}
+
+TEST(FramingTest, TraversalLimitBoundsAmplification) {
+  const auto frame = GenerateFrame(1, 4000);
+  EXPECT_THAT(
+      DecodeFrame(frame.data(), frame.size(), ReaderLimits{.traversal_limit_words = 100}).status(),
+      StatusIs(StatusCode::kDataLoss));
+}
+
+TEST(FramingTest, RandomBytesNeverCrash) {
+  testing::Random rng(testing::TestSeed());
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(rng.Int(0, 200)));
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng.Int(0, 255));
+    (void)DecodeFrame(bytes.data(), bytes.size(), {});
+    FrameDecoder decoder;
+    (void)decoder.Feed(bytes.data(), bytes.size());
+    DecodedMessage m;
+    while (decoder.Next(&m)) (void)m.root().which();
+  }
+}
+
+}  // namespace
+}  // namespace chunkserve::wire

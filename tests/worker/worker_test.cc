@@ -1,0 +1,454 @@
+// chunkserve-worker as a real process on 127.0.0.1: token streams equal the in-process engine's,
+// concurrent clients, cancellation, disconnects free chunks, overload, malformed frames, KV
+// events with snapshots, HTTP probes and metrics, SIGTERM drain.
+#include <capnp/message.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "runtime/engine/engine.h"
+#include "runtime/wire/client.h"
+#include "tests/testing/random.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/worker/worker_process.h"
+
+namespace chunkserve::worker {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::HttpGet;
+using testing::WorkerProcess;
+using wire::DecodedMessage;
+using wire::WireClient;
+using wire::schema::Envelope;
+
+const std::vector<std::string> kArgs = {"--threads", "2", "--kv-cache-mb", "64"};
+
+std::vector<uint32_t> Prompt(int n, int salt) {
+  std::vector<uint32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(static_cast<uint32_t>((i * 13 + salt * 7 + 1) % 200));
+  return p;
+}
+
+Status SendGenerate(WireClient& c, uint64_t id, const std::vector<uint32_t>& prompt,
+                    int32_t max_new) {
+  capnp::MallocMessageBuilder b;
+  auto g = b.initRoot<Envelope>().initGenerate();
+  g.setRequestId(id);
+  auto p = g.initPrompt(static_cast<unsigned>(prompt.size()));
+  for (size_t i = 0; i < prompt.size(); ++i) p.set(static_cast<unsigned>(i), prompt[i]);
+  g.setMaxNewTokens(max_new);
+  return c.Send(b);
+}
+
+Status SendSimple(WireClient& c, Envelope::Which which, uint64_t id = 0) {
+  capnp::MallocMessageBuilder b;
+  auto e = b.initRoot<Envelope>();
+  switch (which) {
+    case Envelope::CANCEL:
+      e.initCancel().setRequestId(id);
+      break;
+    case Envelope::STATS_REQUEST:
+      e.initStatsRequest();
+      break;
+    case Envelope::HEALTH_REQUEST:
+      e.initHealthRequest();
+      break;
+    case Envelope::SUBSCRIBE_KV:
+      e.initSubscribeKv();
+      break;
+    default:
+      return Status::InvalidArgument("unsupported");
+  }
+  return c.Send(b);
+}
+
+struct Streamed {
+  std::vector<uint32_t> tokens;
+  wire::schema::FinishReason reason = wire::schema::FinishReason::ERROR;
+  bool finished = false;
+  bool error = false;
+  wire::schema::ErrorCode error_code = wire::schema::ErrorCode::OK;
+  bool retryable = false;
+};
+
+// Receives until request `id` ends (Finish or Error); other messages are ignored.
+Streamed ReceiveUntilEnd(WireClient& c, uint64_t id, int32_t first_index = 0) {
+  Streamed s;
+  const auto give_up = std::chrono::steady_clock::now() + 120s;
+  while (std::chrono::steady_clock::now() < give_up) {
+    Result<DecodedMessage> m = c.Receive(30s);
+    if (!m.ok()) {
+      ADD_FAILURE() << m.status();
+      return s;
+    }
+    auto root = m.value().root();
+    if (root.which() == Envelope::TOKEN && root.getToken().getRequestId() == id) {
+      EXPECT_EQ(root.getToken().getIndex(), first_index + static_cast<int32_t>(s.tokens.size()));
+      s.tokens.push_back(root.getToken().getToken());
+    } else if (root.which() == Envelope::FINISH && root.getFinish().getRequestId() == id) {
+      s.finished = true;
+      s.reason = root.getFinish().getReason();
+      return s;
+    } else if (root.which() == Envelope::ERROR && root.getError().getRequestId() == id) {
+      s.error = true;
+      s.error_code = root.getError().getCode();
+      s.retryable = root.getError().getRetryable();
+      return s;
+    }
+  }
+  ADD_FAILURE() << "request " << id << " did not end";
+  return s;
+}
+
+Result<DecodedMessage> ReceiveKind(WireClient& c, Envelope::Which which) {
+  const auto give_up = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < give_up) {
+    CHUNKSERVE_ASSIGN_OR_RETURN(DecodedMessage m, c.Receive(30s));
+    if (m.root().which() == which) return m;
+  }
+  return Status::DeadlineExceeded("message kind did not arrive");
+}
+
+Result<engine::EngineStats> GetStats(WireClient& c) {
+  CHUNKSERVE_RETURN_IF_ERROR(SendSimple(c, Envelope::STATS_REQUEST));
+  CHUNKSERVE_ASSIGN_OR_RETURN(DecodedMessage m, ReceiveKind(c, Envelope::STATS));
+  auto s = m.root().getStats();
+  engine::EngineStats out;
+  out.running = s.getRunning();
+  out.queued = s.getQueued();
+  out.kv_bytes_referenced = s.getKvBytesReferenced();
+  out.chunks_total = s.getChunksTotal();
+  out.generated_tokens = s.getGeneratedTokens();
+  return out;
+}
+
+// The same tokens from the in-process engine with the worker's settings.
+std::vector<uint32_t> InProcess(const std::vector<uint32_t>& prompt, int32_t max_new) {
+  engine::EngineOptions o;
+  o.num_threads = 2;
+  o.kv_cache_bytes = 64u << 20;
+  auto engine = engine::Engine::Create(o);
+  EXPECT_OK(engine.status());
+  sched::RequestOptions r;
+  for (uint32_t t : prompt) r.prompt.push_back(static_cast<TokenId>(t));
+  r.max_new_tokens = max_new;
+  auto stream = engine.value()->Submit(r);
+  EXPECT_OK(stream.status());
+  std::vector<uint32_t> out;
+  sched::StreamEvent e;
+  const auto give_up = std::chrono::steady_clock::now() + 120s;
+  while (std::chrono::steady_clock::now() < give_up) {
+    const auto res = stream.value()->Next(&e, 100ms);
+    if (res == sched::RequestStream::NextResult::kEnded) break;
+    if (res == sched::RequestStream::NextResult::kEvent &&
+        e.kind == sched::StreamEvent::Kind::kToken) {
+      out.push_back(static_cast<uint32_t>(e.token));
+    }
+  }
+  engine.value()->Shutdown(engine::ShutdownMode::kDrain);
+  return out;
+}
+
+TEST(WorkerTest, StreamsTheInProcessEnginesTokens) {
+  ASSERT_OK_AND_ASSIGN(auto worker, WorkerProcess::Start(kArgs));
+  ASSERT_OK_AND_ASSIGN(auto client, worker->Connect());
+  const auto prompt = Prompt(150, 1);
+  ASSERT_OK(SendGenerate(*client, 1, prompt, 24));
+  const Streamed s = ReceiveUntilEnd(*client, 1);
+  ASSERT_TRUE(s.finished);
+  EXPECT_EQ(s.reason, wire::schema::FinishReason::LENGTH);
+  EXPECT_EQ(s.tokens.size(), 24u);
+  EXPECT_EQ(s.tokens, InProcess(prompt, 24));
+}
+
+TEST(WorkerTest, ConcurrentClientsWithASharedPrefix) {
+  ASSERT_OK_AND_ASSIGN(auto worker, WorkerProcess::Start(kArgs));
+  constexpr int kClients = 6;
+  std::vector<Streamed> results(kClients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      auto client = worker->Connect();
+      ASSERT_OK(client.status());
+      // Pairs of clients send the same prompt; all share the first 128 tokens.
+      auto prompt = Prompt(128, 0);
+      const auto tail = Prompt(40, 100 + i / 2);
+      prompt.insert(prompt.end(), tail.begin(), tail.end());
+      ASSERT_OK(SendGenerate(*client.value(), 10 + i, prompt, 12));
+      results[i] = ReceiveUntilEnd(*client.value(), 10 + i);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kClients; ++i) {
+    ASSERT_TRUE(results[i].finished) << i;
+    EXPECT_EQ(results[i].tokens.size(), 12u);
+    if (i % 2 == 1) {
+      EXPECT_EQ(results[i].tokens, results[i - 1].tokens) << i;
+    }
+  }
+}
+
+TEST(WorkerTest, CancelMidStream) {
+  ASSERT_OK_AND_ASSIGN(auto worker, WorkerProcess::Start(kArgs));
+  ASSERT_OK_AND_ASSIGN(auto client, worker->Connect());
+  ASSERT_OK(SendGenerate(*client, 5, Prompt(20, 2), 6000));
+  ASSERT_OK_AND_ASSIGN(DecodedMessage first, ReceiveKind(*client, Envelope::TOKEN));
+  EXPECT_EQ(first.root().getToken().getRequestId(), 5u);
+  ASSERT_OK(SendSimple(*client, Envelope::CANCEL, 5));
+  const Streamed s = ReceiveUntilEnd(*client, 5, 1);
+  ASSERT_TRUE(s.finished);
+  EXPECT_EQ(s.reason, wire::schema::FinishReason::CANCELLED);
+  EXPECT_LT(s.tokens.size(), 5999u);
+}
+
+TEST(WorkerTest, DisconnectCancelsAndFreesChunks) {
+  ASSERT_OK_AND_ASSIGN(auto worker, WorkerProcess::Start(kArgs));
+  ASSERT_OK_AND_ASSIGN(auto observer, worker->Connect());
+  {
+    ASSERT_OK_AND_ASSIGN(auto client, worker->Connect());
+    ASSERT_OK(SendGenerate(*client, 1, Prompt(100, 3), 6000));
+    ASSERT_OK(ReceiveKind(*client, Envelope::TOKEN).status());
+    // Stats are published after each step: poll until the running request shows up.
+    engine::EngineStats during;
+    const auto until = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < until) {
+      ASSERT_OK_AND_ASSIGN(during, GetStats(*observer));
+      if (during.running > 0 && during.kv_bytes_referenced > 0) break;
+    }
+    EXPECT_GT(during.kv_bytes_referenced, 0u);
+    client->Close();
+  }
+  const auto give_up = std::chrono::steady_clock::now() + 30s;
+  engine::EngineStats after;
+  while (std::chrono::steady_clock::now() < give_up) {
+    ASSERT_OK_AND_ASSIGN(after, GetStats(*observer));
+    if (after.running == 0 && after.kv_bytes_referenced == 0) break;
+  }
+  EXPECT_EQ(after.running, 0);
+  EXPECT_EQ(after.kv_bytes_referenced, 0u);
+  EXPECT_LT(after.generated_tokens, 6000u);
+}
+
+TEST(WorkerTest, OverloadGetsARetryableError) {
+  std::vector<std::string> args = kArgs;
+  args.insert(args.end(), {"--max-queue", "1"});
+  ASSERT_OK_AND_ASSIGN(auto worker, WorkerProcess::Start(args));
+  ASSERT_OK_AND_ASSIGN(auto client, worker->Connect());
+  constexpr int kRequests = 40;
+  for (int i = 1; i <= kRequests; ++i) ASSERT_OK(SendGenerate(*client, i, Prompt(60, i), 8));
+  int finished = 0, overloaded = 0;
+  std::set<uint64_t> ended;
+  const auto give_up = std::chrono::steady_clock::now() + 120s;
+  while (static_cast<int>(ended.size()) < kRequests && std::chrono::steady_clock::now() < give_up) {
+    ASSERT_OK_AND_ASSIGN(DecodedMessage m, client->Receive(30s));
+    auto root = m.root();
+    if (root.which() == Envelope::FINISH) {
+      ++finished;
+      ended.insert(root.getFinish().getRequestId());
+    } else if (root.which() == Envelope::ERROR) {
+      EXPECT_EQ(root.getError().getCode(), wire::schema::ErrorCode::RESOURCE_EXHAUSTED);
+      EXPECT_TRUE(root.getError().getRetryable());
+      ++overloaded;
+      ended.insert(root.getError().getRequestId());
+    }
+  }
+  EXPECT_EQ(finished + overloaded, kRequests);
+  EXPECT_GT(overloaded, 0);
+  EXPECT_GT(finished, 0);
+}
+
+TEST(WorkerTest, MalformedFramesCloseOnlyTheirConnection) {
+  ASSERT_OK_AND_ASSIGN(auto worker, WorkerProcess::Start(kArgs));
+  ASSERT_OK_AND_ASSIGN(auto good, worker->Connect());
+  const std::vector<std::vector<uint8_t>> bad_inputs = {
+      {0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0},                          // 2^32 segments
+      {0, 0, 0, 0, 0xff, 0xff, 0xff, 0x0f},                          // oversized
+      {0, 0, 0, 0, 1, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4},  // bad root pointer
+      {0, 0, 0, 0, 0, 0, 0, 0},                                      // empty
+  };
+  for (const auto& bytes : bad_inputs) {
+    ASSERT_OK_AND_ASSIGN(auto bad, worker->Connect());
+    ASSERT_OK(bad->SendRaw(bytes));
+    Result<DecodedMessage> m = bad->Receive(10s);
+    if (m.ok()) {
+      EXPECT_EQ(m.value().root().which(), Envelope::ERROR);
+      m = bad->Receive(10s);
+    }
+    EXPECT_EQ(m.status().code(), StatusCode::kUnavailable);  // closed
+  }
+  {  // Truncated: half a frame, then the peer goes away.
+    ASSERT_OK_AND_ASSIGN(auto bad, worker->Connect());
+    ASSERT_OK(bad->SendRaw({0, 0, 0, 0, 4, 0, 0, 0, 1, 2}));
+    bad->Close();
+  }
+  ASSERT_OK(SendGenerate(*good, 1, Prompt(30, 4), 4));
+  const Streamed s = ReceiveUntilEnd(*good, 1);
+  EXPECT_TRUE(s.finished);
+  EXPECT_EQ(s.tokens.size(), 4u);
+}
+
+TEST(WorkerTest, RandomBytesNeverStopTheWorker) {
+  ASSERT_OK_AND_ASSIGN(auto worker, WorkerProcess::Start(kArgs));
+  uint64_t state = chunkserve::testing::TestSeed() | 1;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto bad, worker->Connect());
+    std::vector<uint8_t> bytes(1 + (state % 300));
+    for (auto& b : bytes) {
+      state ^= state << 13;
+      state ^= state >> 7;
+      state ^= state << 17;
+      b = static_cast<uint8_t>(state);
+    }
+    ASSERT_OK(bad->SendRaw(bytes));
+    bad->Close();
+  }
+  ASSERT_OK_AND_ASSIGN(auto good, worker->Connect());
+  ASSERT_OK(SendGenerate(*good, 1, Prompt(30, 8), 4));
+  EXPECT_TRUE(ReceiveUntilEnd(*good, 1).finished);
+  ASSERT_OK_AND_ASSIGN(auto metrics, HttpGet(worker->http_port(), "/metrics"));
+  EXPECT_NE(metrics.body.find("chunkserve_connections_total 21\n"), std::string::npos);
+}
+
+std::map<uint64_t, uint64_t> ApplyKv(std::map<uint64_t, uint64_t> held, Envelope::Reader root,
+                                     uint64_t* sequence, uint64_t* generation) {
+  auto ev = root.getKvEvents();
+  if (ev.getSnapshot()) held.clear();
+  for (auto c : ev.getStored()) held[c.getHash()] = c.getParentHash();
+  for (uint64_t h : ev.getEvicted()) held.erase(h);
+  *sequence = ev.getSequence();
+  *generation = ev.getGeneration();
+  return held;
+}
+
+TEST(WorkerTest, KvEventsFollowTheCacheAndResubscribeGetsASnapshot) {
+  std::vector<std::string> args = {"--threads", "2", "--kv-cache-mb", "2"};
+  ASSERT_OK_AND_ASSIGN(auto worker, WorkerProcess::Start(args));
+  ASSERT_OK_AND_ASSIGN(auto sub, worker->Connect());
+  ASSERT_OK(SendSimple(*sub, Envelope::SUBSCRIBE_KV));
+  std::map<uint64_t, uint64_t> held;
+  uint64_t seq = 0, gen = 0;
+  {
+    ASSERT_OK_AND_ASSIGN(DecodedMessage snap, ReceiveKind(*sub, Envelope::KV_EVENTS));
+    ASSERT_TRUE(snap.root().getKvEvents().getSnapshot());
+    held = ApplyKv(held, snap.root(), &seq, &gen);
+    EXPECT_TRUE(held.empty());
+  }
+  ASSERT_OK_AND_ASSIGN(auto client, worker->Connect());
+  // Enough distinct prompts to force evictions in a 2 MiB cache.
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_OK(SendGenerate(*client, 100 + i, Prompt(200, 500 + i), 2));
+    ASSERT_TRUE(ReceiveUntilEnd(*client, 100 + i).finished);
+  }
+  ASSERT_OK_AND_ASSIGN(auto stats, GetStats(*client));
+  // Drain the subscriber until it has seen everything (poll with a deadline: the last batch's
+  // sequence is compared with a fresh snapshot below).
+  ASSERT_OK_AND_ASSIGN(auto sub2, worker->Connect());
+  ASSERT_OK(SendSimple(*sub2, Envelope::SUBSCRIBE_KV));
+  ASSERT_OK_AND_ASSIGN(DecodedMessage snap2, ReceiveKind(*sub2, Envelope::KV_EVENTS));
+  uint64_t seq2 = 0, gen2 = 0;
+  const auto snapshot = ApplyKv({}, snap2.root(), &seq2, &gen2);
+  EXPECT_TRUE(snap2.root().getKvEvents().getSnapshot());
+  EXPECT_EQ(gen2, gen);
+  bool saw_eviction = false;
+  const auto give_up = std::chrono::steady_clock::now() + 30s;
+  while (seq < seq2 && std::chrono::steady_clock::now() < give_up) {
+    ASSERT_OK_AND_ASSIGN(DecodedMessage m, ReceiveKind(*sub, Envelope::KV_EVENTS));
+    EXPECT_FALSE(m.root().getKvEvents().getSnapshot());
+    saw_eviction |= m.root().getKvEvents().getEvicted().size() > 0;
+    const uint64_t before = seq;
+    held = ApplyKv(held, m.root(), &seq, &gen);
+    EXPECT_GT(seq, before);
+  }
+  EXPECT_EQ(seq, seq2);
+  EXPECT_EQ(held, snapshot);
+  EXPECT_TRUE(saw_eviction);
+  EXPECT_FALSE(snapshot.empty());
+  EXPECT_EQ(static_cast<int32_t>(snapshot.size()) <= stats.chunks_total, true);
+}
+
+TEST(WorkerTest, HttpProbesAndMetrics) {
+  ASSERT_OK_AND_ASSIGN(auto worker, WorkerProcess::Start(kArgs));
+  ASSERT_OK_AND_ASSIGN(auto client, worker->Connect());
+  ASSERT_OK(SendGenerate(*client, 1, Prompt(80, 5), 6));
+  ASSERT_TRUE(ReceiveUntilEnd(*client, 1).finished);
+  ASSERT_OK_AND_ASSIGN(auto live, HttpGet(worker->http_port(), "/livez"));
+  EXPECT_EQ(live.status, 200);
+  ASSERT_OK_AND_ASSIGN(auto ready, HttpGet(worker->http_port(), "/readyz"));
+  EXPECT_EQ(ready.status, 200);
+  ASSERT_OK_AND_ASSIGN(auto missing, HttpGet(worker->http_port(), "/nope"));
+  EXPECT_EQ(missing.status, 404);
+  ASSERT_OK_AND_ASSIGN(auto metrics, HttpGet(worker->http_port(), "/metrics"));
+  EXPECT_EQ(metrics.status, 200);
+  for (const char* name :
+       {"chunkserve_requests_total 1", "chunkserve_generated_tokens_total 6",
+        "chunkserve_prompt_tokens_total 80", "chunkserve_prefix_hit_tokens_total",
+        "chunkserve_evictions_total", "chunkserve_preemptions_total", "chunkserve_running 0",
+        "chunkserve_queued 0", "chunkserve_kv_bytes_used", "chunkserve_kv_bytes_referenced 0",
+        "chunkserve_chunks ", "chunkserve_shared_chunks", "chunkserve_retained_chunks",
+        "chunkserve_ttft_seconds_count 1", "chunkserve_time_per_output_token_seconds_count 5",
+        "chunkserve_e2e_seconds_bucket{le=\"+Inf\"} 1", "chunkserve_queue_seconds_sum"}) {
+    EXPECT_NE(metrics.body.find(name), std::string::npos) << name;
+  }
+}
+
+TEST(WorkerTest, SilentConnectionsHitTheHandshakeDeadline) {
+  std::vector<std::string> args = kArgs;
+  args.insert(args.end(), {"--handshake-timeout-ms", "200"});
+  ASSERT_OK_AND_ASSIGN(auto worker, WorkerProcess::Start(args));
+  ASSERT_OK_AND_ASSIGN(auto silent, worker->Connect());
+  EXPECT_EQ(silent->Receive(20s).status().code(), StatusCode::kUnavailable);
+  // A connection that speaks in time is served.
+  ASSERT_OK_AND_ASSIGN(auto client, worker->Connect());
+  ASSERT_OK(SendSimple(*client, Envelope::HEALTH_REQUEST));
+  ASSERT_OK_AND_ASSIGN(DecodedMessage h, ReceiveKind(*client, Envelope::HEALTH));
+  EXPECT_TRUE(h.root().getHealth().getLive());
+  EXPECT_TRUE(h.root().getHealth().getReady());
+  EXPECT_FALSE(h.root().getHealth().getDraining());
+}
+
+TEST(WorkerTest, SigtermDrainsInFlightRequestsThenExitsZero) {
+  ASSERT_OK_AND_ASSIGN(auto worker, WorkerProcess::Start(kArgs));
+  ASSERT_OK_AND_ASSIGN(auto client, worker->Connect());
+  ASSERT_OK(SendGenerate(*client, 1, Prompt(50, 6), 2000));
+  ASSERT_OK(ReceiveKind(*client, Envelope::TOKEN).status());
+  ASSERT_OK(worker->Signal(SIGTERM));
+  // Readiness flips first.
+  const auto give_up = std::chrono::steady_clock::now() + 20s;
+  int ready = 200;
+  while (ready == 200 && std::chrono::steady_clock::now() < give_up) {
+    auto r = HttpGet(worker->http_port(), "/readyz");
+    ready = r.ok() ? r.value().status : 0;  // refused: the drain already finished
+  }
+  EXPECT_NE(ready, 200);
+  // The in-flight request still finishes with all its tokens.
+  const Streamed s = ReceiveUntilEnd(*client, 1, 1);
+  ASSERT_TRUE(s.finished);
+  EXPECT_EQ(s.reason, wire::schema::FinishReason::LENGTH);
+  EXPECT_EQ(s.tokens.size(), 1999u);  // the first token was consumed above
+  ASSERT_OK_AND_ASSIGN(int code, worker->Wait(30s));
+  EXPECT_EQ(code, 0);
+}
+
+TEST(WorkerTest, DrainDeadlineEndsLeftoverRequestsAsUnavailable) {
+  std::vector<std::string> args = kArgs;
+  args.insert(args.end(), {"--drain-timeout-ms", "50"});
+  ASSERT_OK_AND_ASSIGN(auto worker, WorkerProcess::Start(args));
+  ASSERT_OK_AND_ASSIGN(auto client, worker->Connect());
+  ASSERT_OK(SendGenerate(*client, 1, Prompt(50, 7), 8000));
+  ASSERT_OK(ReceiveKind(*client, Envelope::TOKEN).status());
+  ASSERT_OK(worker->Signal(SIGTERM));
+  const Streamed s = ReceiveUntilEnd(*client, 1, 1);
+  ASSERT_TRUE(s.finished);
+  EXPECT_EQ(s.reason, wire::schema::FinishReason::UNAVAILABLE);
+  ASSERT_OK_AND_ASSIGN(int code, worker->Wait(30s));
+  EXPECT_EQ(code, 0);
+}
+
+}  // namespace
+}  // namespace chunkserve::worker

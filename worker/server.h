@@ -1,0 +1,58 @@
+// WorkerServer: one Engine served over the wire protocol (runtime/wire) and HTTP probes.
+//
+// Runs on the caller's asio::io_context (one per process; the caller runs it). Wire clients
+// send Generate / Cancel / StatsRequest / HealthRequest / SubscribeKv (runtime/wire/
+// chunkserve.capnp); tokens are streamed as the engine produces them. A closed connection
+// cancels that connection's requests. Admission is bounded by the engine's queue: beyond it a
+// Generate gets a retryable Error (resourceExhausted, "overloaded"). The HTTP listener answers
+// GET /metrics, /livez and /readyz.
+//
+// Drain: BeginDrain flips readiness, refuses new requests (retryable unavailable), waits for
+// in-flight requests up to the drain deadline (then aborts them with unavailable), flushes the
+// connections and calls `done` on the io_context thread.
+//
+// Thread safety: Create, BeginDrain and the accessors are called on the io_context thread (or
+// before it runs). Engine callbacks hand work to that thread or use thread-safe sends.
+#ifndef CHUNKSERVE_WORKER_SERVER_H_
+#define CHUNKSERVE_WORKER_SERVER_H_
+
+#include <asio.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "runtime/base/status.h"
+#include "runtime/engine/engine.h"
+#include "runtime/wire/connection.h"
+
+namespace chunkserve::worker {
+
+struct WorkerOptions {
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 0;  // 0: ephemeral
+  std::string http_host = "127.0.0.1";
+  int32_t http_port = -1;  // -1: no HTTP listener; 0: ephemeral
+  engine::EngineOptions engine;
+  std::string worker_id = "worker";
+  std::chrono::milliseconds drain_timeout{30000};
+  wire::ConnectionOptions connection;
+};
+
+class WorkerServer {
+ public:
+  static Result<std::unique_ptr<WorkerServer>> Create(asio::io_context& io,
+                                                      const WorkerOptions& options);
+  virtual ~WorkerServer() = default;
+
+  virtual uint16_t port() const = 0;
+  virtual uint16_t http_port() const = 0;  // 0 when there is no HTTP listener
+  virtual uint64_t generation() const = 0;
+
+  virtual void BeginDrain(std::function<void()> done) = 0;
+};
+
+}  // namespace chunkserve::worker
+
+#endif  // CHUNKSERVE_WORKER_SERVER_H_

@@ -1,0 +1,122 @@
+// chunkserve-worker: serves one Engine over the wire protocol; see worker/README.md.
+#include <asio.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "runtime/base/status.h"
+#include "worker/server.h"
+
+namespace chunkserve::worker {
+namespace {
+
+bool SplitHostPort(const std::string& s, std::string* host, int32_t* port) {
+  const size_t colon = s.rfind(':');
+  if (colon == std::string::npos) return false;
+  *host = s.substr(0, colon);
+  char* end = nullptr;
+  const long p = std::strtol(s.c_str() + colon + 1, &end, 10);
+  if (end == s.c_str() + colon + 1 || *end != '\0' || p < 0 || p > 65535) return false;
+  *port = static_cast<int32_t>(p);
+  return !host->empty();
+}
+
+bool ParseInt(const std::string& s, long long lo, long long hi, long long* out) {
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+constexpr char kUsage[] =
+    "usage: chunkserve-worker [--listen HOST:PORT] [--http HOST:PORT] [--model DIR]\n"
+    "         [--kv-cache-mb N] [--max-queue N] [--chunk-size N] [--threads N]\n"
+    "         [--drain-timeout-ms N] [--handshake-timeout-ms N] [--idle-timeout-ms N]\n"
+    "         [--worker-id ID]\n";
+
+int Main(int argc, char** argv) {
+  WorkerOptions options;
+  options.connection.handshake_timeout = std::chrono::milliseconds(10000);
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "missing value for %s\n%s", flag.c_str(), kUsage);
+      return 2;
+    }
+    const std::string value = argv[++i];
+    long long n = 0;
+    bool ok = true;
+    if (flag == "--listen") {
+      int32_t port = 0;
+      ok = SplitHostPort(value, &options.listen_host, &port);
+      options.listen_port = static_cast<uint16_t>(port);
+    } else if (flag == "--http") {
+      ok = SplitHostPort(value, &options.http_host, &options.http_port);
+    } else if (flag == "--model") {
+      options.engine.model_dir = value;
+    } else if (flag == "--kv-cache-mb") {
+      ok = ParseInt(value, 1, 1 << 20, &n);
+      options.engine.kv_cache_bytes = static_cast<uint64_t>(n) << 20;
+    } else if (flag == "--max-queue") {
+      ok = ParseInt(value, 1, 1 << 24, &n);
+      options.engine.max_queued_requests = static_cast<int32_t>(n);
+    } else if (flag == "--chunk-size") {
+      ok = ParseInt(value, 16, 256, &n);
+      options.engine.chunk_size = static_cast<int32_t>(n);
+    } else if (flag == "--threads") {
+      ok = ParseInt(value, 0, 1024, &n);
+      options.engine.num_threads = static_cast<int32_t>(n);
+    } else if (flag == "--drain-timeout-ms") {
+      ok = ParseInt(value, 0, 3600000, &n);
+      options.drain_timeout = std::chrono::milliseconds(n);
+    } else if (flag == "--handshake-timeout-ms") {
+      ok = ParseInt(value, 0, 86400000, &n);
+      options.connection.handshake_timeout = std::chrono::milliseconds(n);
+    } else if (flag == "--idle-timeout-ms") {
+      ok = ParseInt(value, 0, 86400000, &n);
+      options.connection.idle_timeout = std::chrono::milliseconds(n);
+    } else if (flag == "--worker-id") {
+      options.worker_id = value;
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n%s", flag.c_str(), kUsage);
+      return 2;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "bad value for %s: %s\n", flag.c_str(), value.c_str());
+      return 2;
+    }
+  }
+
+  asio::io_context io(1);
+  Result<std::unique_ptr<WorkerServer>> server = WorkerServer::Create(io, options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "chunkserve-worker: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("listening on %s:%u\n", options.listen_host.c_str(), server.value()->port());
+  if (options.http_port >= 0) {
+    std::printf("http on %s:%u\n", options.http_host.c_str(), server.value()->http_port());
+  }
+  std::fflush(stdout);
+
+  // Signals are handled here, in the executable only.
+  asio::signal_set signals(io, SIGTERM, SIGINT);
+  signals.async_wait([&](const asio::error_code& ec, int) {
+    if (ec) return;
+    server.value()->BeginDrain([&io] { io.stop(); });
+  });
+  io.run();
+  server.value().reset();
+  return 0;
+}
+
+}  // namespace
+}  // namespace chunkserve::worker
+
+int main(int argc, char** argv) { return chunkserve::worker::Main(argc, argv); }
