@@ -410,15 +410,25 @@ func TestNoLeaksAcrossEngineCycles(t *testing.T) {
 	goroutines := runtime.NumGoroutine()
 	before := readRSSAnonKiB()
 	start := time.Now()
-	for i := 0; i < cycles; i++ {
+	half := cycles / 2
+	for i := 0; i < half; i++ {
+		cycle(i)
+	}
+	runtime.GC()
+	mid := readRSSAnonKiB()
+	for i := half; i < cycles; i++ {
 		cycle(i)
 	}
 	runtime.GC()
 	after := readRSSAnonKiB()
-	t.Logf("%d cycles in %v; RssAnon %d -> %d KiB; goroutines %d -> %d", cycles,
-		time.Since(start).Round(time.Millisecond), before, after, goroutines, runtime.NumGoroutine())
-	if before <= 0 || after-before > 8*1024 {
-		t.Fatalf("RssAnon grew from %d to %d KiB over %d cycles", before, after, cycles)
+	t.Logf("%d cycles in %v; RssAnon %d -> %d -> %d KiB; goroutines %d -> %d", cycles,
+		time.Since(start).Round(time.Millisecond), before, mid, after, goroutines,
+		runtime.NumGoroutine())
+	// A leak grows the heap in both halves of the run; a one-off jump (allocator caches, thread
+	// stacks returned late on a loaded machine) does not. 3 MiB per half of 500 cycles catches any
+	// leak above about 6 KiB per cycle.
+	if before <= 0 || (mid-before > 3*1024 && after-mid > 3*1024) {
+		t.Fatalf("RssAnon grew from %d to %d to %d KiB over %d cycles", before, mid, after, cycles)
 	}
 	if n := runtime.NumGoroutine(); n > goroutines+2 {
 		t.Fatalf("goroutines grew from %d to %d", goroutines, n)
