@@ -50,9 +50,9 @@ bool ValidChunkList(const KvCacheView& kv, int32_t n, const int32_t* indptr, con
 
 bool ValidPlan(const TppPlanView& plan, const KvCacheView& kv) {
   if (plan.num_seqs < 0 || plan.num_shared < 0 || plan.num_partial_rows < 0) return false;
-  if (plan.num_shared > 0 &&
-      (plan.shared_slot == nullptr || plan.shared_len == nullptr || plan.shared_seq_begin == nullptr ||
-       plan.shared_seq_end == nullptr || plan.shared_partial_offset == nullptr)) {
+  if (plan.num_shared > 0 && (plan.shared_slot == nullptr || plan.shared_len == nullptr ||
+                              plan.shared_seq_begin == nullptr || plan.shared_seq_end == nullptr ||
+                              plan.shared_partial_offset == nullptr)) {
     return false;
   }
   for (int32_t i = 0; i < plan.num_shared; ++i) {
@@ -71,12 +71,14 @@ bool ValidPlan(const TppPlanView& plan, const KvCacheView& kv) {
   for (int32_t s = 0; s < plan.num_seqs; ++s) {
     for (int32_t j = plan.seq_shared_indptr[s]; j < plan.seq_shared_indptr[s + 1]; ++j) {
       const int32_t i = plan.seq_shared_ids[j];
-      if (i < 0 || i >= plan.num_shared || s < plan.shared_seq_begin[i] || s >= plan.shared_seq_end[i]) {
+      if (i < 0 || i >= plan.num_shared || s < plan.shared_seq_begin[i] ||
+          s >= plan.shared_seq_end[i]) {
         return false;
       }
     }
   }
-  return ValidChunkList(kv, plan.num_seqs, plan.private_indptr, plan.private_slot, plan.private_len);
+  return ValidChunkList(kv, plan.num_seqs, plan.private_indptr, plan.private_slot,
+                        plan.private_len);
 }
 
 // Threads a call runs on.
@@ -92,7 +94,8 @@ struct WorkspaceLayout {
 WorkspaceLayout LayoutFor(const TppPlanView& plan, int32_t num_qo_heads, int32_t head_dim) {
   WorkspaceLayout w;
   if (plan.num_shared <= 0) return w;
-  const size_t rows = static_cast<size_t>(plan.num_partial_rows) * static_cast<size_t>(num_qo_heads);
+  const size_t rows =
+      static_cast<size_t>(plan.num_partial_rows) * static_cast<size_t>(num_qo_heads);
   const size_t ints = static_cast<size_t>(plan.num_shared) + 1;
   size_t at = 0;
   w.o_part = at;
@@ -110,38 +113,38 @@ WorkspaceLayout LayoutFor(const TppPlanView& plan, int32_t num_qo_heads, int32_t
 }
 
 // Plans the chunk-first tasks. A task walks a segment (a run of consecutive shared chunks with the
-// same row range: one online softmax, one partial per row instead of one per chunk) for a range of
-// KV heads (their blocks are adjacent in the arena, so the task streams) and a block of rows. Head
-// ranges are as long as the scratch holds and segments as long as the balance allows, keeping about
-// kTasksPerThread tasks per thread.
+// same row range: one online softmax, one partial per row instead of one per chunk), a block of
+// rows, and one KV head, or, for runs with at most kStreamRows rows (streaming, memory-bound), a
+// range of KV heads, whose blocks are adjacent in the arena. Segments are as long as the balance
+// allows: about kTasksPerThread tasks per thread.
 void BuildSegments(const TppPlanView& plan, int32_t num_kv_heads, int32_t group, int32_t head_dim,
-                   int32_t chunk_size, size_t scratch_bytes, int32_t threads, TppWorkspace* ws) {
+                   size_t scratch_bytes, int32_t threads, TppWorkspace* ws) {
   constexpr int64_t kTasksPerThread = 8;
   auto rows = [&](int32_t i) {
     return static_cast<int64_t>(plan.shared_seq_end[i] - plan.shared_seq_begin[i]) * group;
   };
+  auto streams = [&](int32_t i) { return rows(i) <= kStreamRows; };
   auto blocks = [&](int32_t i) { return (rows(i) + kBlockRows - 1) / kBlockRows; };
-  int64_t units = 0;  // (chunk, KV head, row block) triples
-  int64_t max_rows = 1;
-  for (int32_t i = 0; i < plan.num_shared; ++i) {
-    units += blocks(i) * num_kv_heads;
-    max_rows = std::max(max_rows, std::min<int64_t>(rows(i), kBlockRows));
-  }
   const int64_t target = kTasksPerThread * threads;
-  // Heads per task: as many as the scratch holds, and their states within about a quarter of L2
-  // (a compute-bound task revisits every head's Q^T and output for every chunk).
+
+  // Streaming runs: KV heads per task, as many as the scratch holds (within a quarter of L2) and
+  // the balance allows.
+  int64_t stream_units = 0;
+  for (int32_t i = 0; i < plan.num_shared; ++i) stream_units += streams(i) ? num_kv_heads : 0;
   constexpr int64_t kHeadStateBudgetFloats = (256 << 10) / sizeof(float);
-  const int64_t head_floats = std::max(BlockHeadFloats(head_dim, static_cast<int32_t>(max_rows)),
-                                       SequenceUnitFloats(head_dim));
+  const int64_t unit_floats = SequenceUnitFloats(head_dim);
   const int64_t fit = std::max<int64_t>(
-      1, std::min(BlockHeadsThatFit(scratch_bytes, head_dim, chunk_size, static_cast<int32_t>(max_rows)),
-                  kHeadStateBudgetFloats / head_floats));
-  int64_t heads = std::clamp<int64_t>(units / target, 1, std::min<int64_t>(fit, num_kv_heads));
+      1, std::min(static_cast<int64_t>(scratch_bytes / sizeof(float)), kHeadStateBudgetFloats) /
+             unit_floats);
+  int64_t heads =
+      std::clamp<int64_t>(stream_units / target, 1, std::min<int64_t>(fit, num_kv_heads));
   const int64_t head_blocks = (num_kv_heads + heads - 1) / heads;
   heads = (num_kv_heads + head_blocks - 1) / head_blocks;  // balanced ranges
-  const int64_t units_per_head_block = units / num_kv_heads * head_blocks;
-  const int64_t max_chunks =
-      units_per_head_block <= target ? 1 : units_per_head_block / target;
+
+  auto tasks_of = [&](int32_t i) { return streams(i) ? head_blocks : blocks(i) * num_kv_heads; };
+  int64_t one_chunk_tasks = 0;
+  for (int32_t i = 0; i < plan.num_shared; ++i) one_chunk_tasks += tasks_of(i);
+  const int64_t max_chunks = one_chunk_tasks <= target ? 1 : one_chunk_tasks / target;
 
   int32_t num_segments = 0;
   int64_t tasks = 0;
@@ -156,7 +159,7 @@ void BuildSegments(const TppPlanView& plan, int32_t num_kv_heads, int32_t group,
     for (int64_t k = 0; k < pieces; ++k) {
       ws->seg_begin[num_segments] = static_cast<int32_t>(i + run * k / pieces);
       ws->seg_task_begin[num_segments] = static_cast<int32_t>(tasks);
-      tasks += blocks(i) * head_blocks;
+      tasks += tasks_of(i);
       ++num_segments;
     }
     i = j;
@@ -164,7 +167,7 @@ void BuildSegments(const TppPlanView& plan, int32_t num_kv_heads, int32_t group,
   ws->seg_begin[num_segments] = plan.num_shared;
   ws->seg_task_begin[num_segments] = static_cast<int32_t>(tasks);
   ws->num_segments = num_segments;
-  ws->heads_per_task = static_cast<int32_t>(heads);
+  ws->stream_heads_per_task = static_cast<int32_t>(heads);
 }
 
 }  // namespace
@@ -203,7 +206,7 @@ KernelStatus TppDecode(const TppDecodeParams& p) {
     ws.seg_begin = reinterpret_cast<int32_t*>(base + layout.seg_begin);
     ws.seg_task_begin = reinterpret_cast<int32_t*>(base + layout.seg_task_begin);
     BuildSegments(p.plan, p.kv.num_kv_heads, p.num_qo_heads / p.kv.num_kv_heads, p.kv.head_dim,
-                  p.kv.chunk_size, p.pool->scratch_bytes(), threads, &ws);
+                  p.pool->scratch_bytes(), threads, &ws);
   }
   if (isa == CpuIsa::kAvx2) {
     avx2::TppDecode(p, ws, threads);
@@ -247,7 +250,9 @@ KernelStatus PrefillAttention(const PrefillAttentionParams& p) {
     const int32_t first = p.chunk_indptr[s];
     const int32_t last = p.chunk_indptr[s + 1];
     const int64_t path_len =
-        last == first ? 0 : static_cast<int64_t>(last - first - 1) * p.kv.chunk_size + p.chunk_len[last - 1];
+        last == first
+            ? 0
+            : static_cast<int64_t>(last - first - 1) * p.kv.chunk_size + p.chunk_len[last - 1];
     for (int32_t i = p.q_indptr[s]; i < p.q_indptr[s + 1]; ++i) {
       if (p.q_pos[i] < 0 || p.q_pos[i] >= path_len) return KernelStatus::kInvalidArgument;
     }

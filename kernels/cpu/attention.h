@@ -2,15 +2,18 @@
 //
 // Three kernels read the arena described in kernels/attention_params.h (one layer's KvCacheView):
 //
-//  * TppDecode: ChunkAttention's two-phase-partition decode. Phase 1 (chunk-first) runs one task
-//    per (run of shared chunks, KV head, block of <= 64 query rows): the queries of every sequence
-//    that shares the chunk, times every query head of the GQA group, form one matrix that is
-//    multiplied against the chunk's K (online softmax) and V, so shared K/V are read once per batch.
-//    Phase 2 (sequence-first) runs one task per (sequence, KV head): it merges the phase-1 partials
-//    of the sequence's shared chunks and walks its private chunks.
-//  * PagedDecode: the baseline the paper calls PagedAttn*: every (sequence, KV head) task walks the
-//    sequence's own block list; blocks may be physically shared but nothing exploits it beyond what
-//    the hardware caches happen to keep. Same SIMD code, threading and dtypes as TPP's phase 2.
+//  * TppDecode: ChunkAttention's two-phase-partition decode. Phase 1 (chunk-first) handles the
+//    plan's shared chunks: the queries of every sequence that shares a chunk, times every query
+//    head of the GQA group, form one matrix multiplied against the chunk's K (online softmax) and
+//    V, so shared K/V are read once per batch. A task walks a run of consecutive shared chunks with
+//    the same rows (one partial per row for the run), a block of <= 64 rows and a KV head; runs of
+//    at most 4 rows use the streaming kernel of phase 2 instead. Phase 2 (sequence-first) runs one
+//    task per (sequence, range of KV heads): it merges the phase-1 partials of the sequence's
+//    shared chunks and walks its private chunks, reading each chunk's (slot, head) blocks of the
+//    range in address order (they are adjacent in the arena).
+//  * PagedDecode: the baseline the paper calls PagedAttn*: every task walks its sequence's whole
+//    block list; blocks may be physically shared but nothing exploits it beyond what the hardware
+//    caches happen to keep. It is TPP's phase-2 code: same SIMD, memory order, threading, dtypes.
 //  * PrefillAttention: new query tokens of one or more sequences attend to their sequence's whole
 //    path of chunks (cached prefix and the new tokens, whose K/V KvAppend has already written),
 //    with a causal mask by absolute position.
@@ -50,16 +53,16 @@ namespace chunkserve::kernels::cpu {
 // and num_qo_heads a positive multiple of num_kv_heads.
 
 struct TppDecodeParams {
-  const float* q = nullptr;   // [plan.num_seqs, num_qo_heads, head_dim]
-  float* o = nullptr;         // [plan.num_seqs, num_qo_heads, head_dim]; must not alias q
-  KvCacheView kv;             // one layer of the arena
-  TppPlanView plan;           // see kernels/attention_params.h; validated on every call
+  const float* q = nullptr;  // [plan.num_seqs, num_qo_heads, head_dim]
+  float* o = nullptr;        // [plan.num_seqs, num_qo_heads, head_dim]; must not alias q
+  KvCacheView kv;            // one layer of the arena
+  TppPlanView plan;          // see kernels/attention_params.h; validated on every call
   int32_t num_qo_heads = 0;
-  float sm_scale = 0.0f;      // usually 1 / sqrt(head_dim)
-  void* workspace = nullptr;  // TppDecodeWorkspaceBytes(plan, num_qo_heads, head_dim) bytes, any
-  size_t workspace_bytes = 0; //   alignment; may be null when that is 0 (no shared chunks)
+  float sm_scale = 0.0f;       // usually 1 / sqrt(head_dim)
+  void* workspace = nullptr;   // TppDecodeWorkspaceBytes(plan, num_qo_heads, head_dim) bytes, any
+  size_t workspace_bytes = 0;  //   alignment; may be null when that is 0 (no shared chunks)
   ThreadPool* pool = nullptr;
-  int32_t num_threads = 0;    // 0: all of the pool's threads
+  int32_t num_threads = 0;  // 0: all of the pool's threads
   CpuIsa isa = CpuIsa::kAuto;
 };
 
@@ -97,8 +100,8 @@ struct PagedDecodeParams {
 KernelStatus PagedDecode(const PagedDecodeParams& params);
 
 // Prefill: the new tokens of num_seqs sequences. Sequence s owns query tokens
-// [q_indptr[s], q_indptr[s + 1]) and the path of chunks j in [chunk_indptr[s], chunk_indptr[s + 1]);
-// the k-th chunk of the path covers absolute positions [k * chunk_size, k * chunk_size +
+// [q_indptr[s], q_indptr[s + 1]) and the path of chunks j in [chunk_indptr[s], chunk_indptr[s +
+// 1]); the k-th chunk of the path covers absolute positions [k * chunk_size, k * chunk_size +
 // chunk_len[j]). Query token i sits at absolute position q_pos[i] and attends to every key at a
 // position <= q_pos[i] (causal). q_pos must lie in [0, path length) where path length is the last
 // chunk's end position; the new tokens' K/V must already be in the arena (KvAppend).

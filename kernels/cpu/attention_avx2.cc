@@ -15,6 +15,8 @@
 #include "kernels/cpu/kv_append.h"
 #include "kernels/cpu/thread_pool.h"
 
+// The order below is the point: the simd header, then the kernels, inside the pragma.
+// clang-format off
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 
@@ -24,3 +26,4 @@
 #undef CHUNKSERVE_CPU_ISA
 
 #pragma GCC pop_options
+// clang-format on

@@ -45,9 +45,6 @@ constexpr float kLn2 = 0.693147180559945309f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Stride of the sequence-first score rows: a chunk's scores plus room to pad to 8 lanes.
 constexpr int kScoreStride = kMaxChunkSize + 8;
-// Chunk-first runs with at most this many rows (sequences x GQA group) take the streaming path.
-constexpr int kStreamRows = kMaxRowsPerPass;
-
 
 inline int RoundUp8(int x) { return (x + 7) & ~7; }
 
@@ -117,6 +114,22 @@ struct PrefetchStream {
   }
 };
 
+// Loads one word of every cache line of [a, a + bytes) and [b, b + bytes), in address order and
+// with no dependency between the loads: many misses in flight at once, in an order the hardware
+// prefetcher follows (prefetch instructions achieve neither as well on the machines we measured).
+inline void TouchLines(const void* a, const void* b, int64_t bytes) {
+  const char* pa = static_cast<const char*>(a);
+  const char* pb = static_cast<const char*>(b);
+  uint32_t sink = 0;
+  for (int64_t i = 0; i < bytes; i += 64) {
+    uint32_t wa, wb;
+    std::memcpy(&wa, pa + i, sizeof(wa));
+    std::memcpy(&wb, pb + i, sizeof(wb));
+    sink |= wa | wb;
+  }
+  KeepAlive(sink);
+}
+
 // rows x d elements (row stride d) -> fp32 rows of stride ld = RoundUp8(d), zero padded.
 template <DType kDt>
 void WidenRows(const typename Kv<kDt>::T* src, int rows, int d, float* dst, int ld) {
@@ -136,7 +149,9 @@ struct RowMap {
   int32_t group;
   int32_t head0;
   int32_t num_qo_heads;
-  int64_t Index(int64_t row) const { return (tok0 + row / group) * num_qo_heads + head0 + row % group; }
+  int64_t Index(int64_t row) const {
+    return (tok0 + row / group) * num_qo_heads + head0 + row % group;
+  }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -195,25 +210,25 @@ template <int kNt, int kNv, int kD>
 inline void QkTile(const float* k, int ldk, const float* qt, int rp, int d_runtime, float* st) {
   const int d = kD > 0 ? kD : d_runtime;
   F8 acc[kNt][kNv];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int t = 0; t < kNt; ++t) {
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int v = 0; v < kNv; ++v) acc[t][v] = Zero();
   }
   for (int j = 0; j < d; ++j) {
     F8 qv[kNv];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int v = 0; v < kNv; ++v) qv[v] = Load(qt + static_cast<int64_t>(j) * rp + 8 * v);
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int t = 0; t < kNt; ++t) {
       const F8 kb = Broadcast(k + static_cast<int64_t>(t) * ldk + j);
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int v = 0; v < kNv; ++v) acc[t][v] = Fma(kb, qv[v], acc[t][v]);
     }
   }
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int t = 0; t < kNt; ++t) {
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int v = 0; v < kNv; ++v) Store(st + static_cast<int64_t>(t) * rp + 8 * v, acc[t][v]);
   }
 }
@@ -299,26 +314,27 @@ template <int kNr, int kNv>
 inline void PvTile(const float* pt, int rp, const float* v, int ldv, int len, float* o, int ldo,
                    const float* alpha) {
   F8 acc[kNr][kNv];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int r = 0; r < kNr; ++r) {
     const F8 a = Broadcast(alpha + r);
-    #pragma GCC unroll 16
-    for (int j = 0; j < kNv; ++j) acc[r][j] = Mul(Load(o + static_cast<int64_t>(r) * ldo + 8 * j), a);
+#pragma GCC unroll 16
+    for (int j = 0; j < kNv; ++j)
+      acc[r][j] = Mul(Load(o + static_cast<int64_t>(r) * ldo + 8 * j), a);
   }
   for (int t = 0; t < len; ++t) {
     F8 vv[kNv];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int j = 0; j < kNv; ++j) vv[j] = Load(v + static_cast<int64_t>(t) * ldv + 8 * j);
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int r = 0; r < kNr; ++r) {
       const F8 p = Broadcast(pt + static_cast<int64_t>(t) * rp + r);
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int j = 0; j < kNv; ++j) acc[r][j] = Fma(p, vv[j], acc[r][j]);
     }
   }
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int r = 0; r < kNr; ++r) {
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int j = 0; j < kNv; ++j) Store(o + static_cast<int64_t>(r) * ldo + 8 * j, acc[r][j]);
   }
 }
@@ -434,6 +450,10 @@ void AttendBlock(const KvCacheView& kv, int32_t h0, int32_t h1, const ChunkRange
                        static_cast<int64_t>(chunks.len[i + 1]) * d * sizeof(T), steps);
       }
 
+      // The tiles below walk K and V column-wise, which the hardware prefetcher does not follow.
+      // With many rows there is enough compute per chunk for the software prefetch to hide that;
+      // with few, read both blocks in address order first.
+      if (rp <= 16) TouchLines(kb, vb, static_cast<int64_t>(len) * d * sizeof(T));
       const float* kf;
       int ldk;
       if constexpr (kDt == DType::kF32) {
@@ -472,14 +492,15 @@ void AttendBlock(const KvCacheView& kv, int32_t h0, int32_t h1, const ChunkRange
 // The streaming kernels below read each K and V block strictly in address order, token row after
 // token row. On the machines we measured (Zen 4), the hardware prefetcher follows such a stream at
 // full bandwidth, but loses it when a loop walks several rows of the same block side by side
-// (column-tiled register blocking): that pattern ran at a third of the bandwidth. Register tiles are
-// therefore over query rows only, and each token's dot products are reduced on the spot.
+// (column-tiled register blocking): that pattern ran at a third of the bandwidth. Register tiles
+// are therefore over query rows only, and each token's dot products are reduced on the spot.
 
 // Scores of kNr query rows against kNt consecutive token rows of K (kNr * kNt <= 8 accumulators,
 // one per (row, token), reduced together at the end). Tokens are walked one after the other; the
 // empty asm between them keeps the compiler from interleaving rows of K (see above).
 template <DType kDt, int kD, int kNr, int kNt>
-inline void DotGroup(const typename Kv<kDt>::T* k, int d_runtime, const float* qs, int dp, float* sc) {
+inline void DotGroup(const typename Kv<kDt>::T* k, int d_runtime, const float* qs, int dp,
+                     float* sc) {
   const int d = kD > 0 ? kD : d_runtime;
   const int d8 = d & ~7;
   F8 a[kNr * kNt];
@@ -496,7 +517,8 @@ inline void DotGroup(const typename Kv<kDt>::T* k, int d_runtime, const float* q
     if (kD == 0 && d8 < d) {  // head_dim % 8 != 0: a partial last vector (qs is zero padded)
       const F8 kv = Kv<kDt>::GetPartial(kt + d8, d - d8);
 #pragma GCC unroll 16
-      for (int r = 0; r < kNr; ++r) a[r * kNt + t] = Fma(Load(qs + r * dp + d8), kv, a[r * kNt + t]);
+      for (int r = 0; r < kNr; ++r)
+        a[r * kNt + t] = Fma(Load(qs + r * dp + d8), kv, a[r * kNt + t]);
     }
     CompilerBarrier();
   }
@@ -526,15 +548,16 @@ void DotLinear(const typename Kv<kDt>::T* k, int len, int d, const float* qs, in
     prefetch.Step();
     DotGroup<kDt, kD, kNr, kNt>(k + static_cast<int64_t>(t) * d, d, qs, dp, sc + t);
   }
-  for (; t < len; ++t) DotGroup<kDt, kD, kNr, 1>(k + static_cast<int64_t>(t) * d, d, qs, dp, sc + t);
+  for (; t < len; ++t)
+    DotGroup<kDt, kD, kNr, 1>(k + static_cast<int64_t>(t) * d, d, qs, dp, sc + t);
 }
 
 // acc[r] = acc[r] * alpha[r] + sum_t p[r][t] V[t] for kNr (<= 4) rows, V read row after row. The
 // accumulators stay in L1: a 128-dim row is 16 vectors, more than the registers left, and keeping
 // a column tile in registers instead would walk V column-wise.
 template <DType kDt, int kD, int kNr>
-void PvLinear(const float* __restrict__ p, const typename Kv<kDt>::T* __restrict__ v, int len,
-              int d_runtime, float* __restrict__ acc, int dp, const float* alpha, PrefetchStream& prefetch) {
+void PvLinear(const float* p, const typename Kv<kDt>::T* v, int len, int d_runtime, float* acc,
+              int dp, const float* alpha, PrefetchStream& prefetch) {
   const int d = kD > 0 ? kD : d_runtime;
   const int d8 = d & ~7;
 #pragma GCC unroll 16
@@ -557,7 +580,8 @@ void PvLinear(const float* __restrict__ p, const typename Kv<kDt>::T* __restrict
     if (kD == 0 && d8 < d) {
       const F8 vv = Kv<kDt>::GetPartial(vt + d8, d - d8);
 #pragma GCC unroll 16
-      for (int r = 0; r < kNr; ++r) Store(acc + r * dp + d8, Fma(pb[r], vv, Load(acc + r * dp + d8)));
+      for (int r = 0; r < kNr; ++r)
+        Store(acc + r * dp + d8, Fma(pb[r], vv, Load(acc + r * dp + d8)));
     }
   }
 }
@@ -572,9 +596,9 @@ struct PartialSource {
 
 // A streaming unit: up to kMaxRowsPerPass query rows, rows [row0, row0 + nr) of `map`, all using
 // one KV head. In the sequence-first phase they are the query heads of one GQA group of one
-// sequence; in the chunk-first phase, when a shared chunk has few rows, the sharing sequences' rows.
-// Its state lives in the thread's scratch (SequenceUnitFloats floats, see isa_kernels.h) while the
-// task walks its chunks.
+// sequence; in the chunk-first phase, when a shared chunk has few rows, the sharing sequences'
+// rows. Its state lives in the thread's scratch (SequenceUnitFloats floats, see isa_kernels.h)
+// while the task walks its chunks.
 struct SeqUnit {
   float* qs;   // [kMaxRowsPerPass][dp] queries * sm_scale * log2 e, zero padded
   float* acc;  // [kMaxRowsPerPass][dp] unnormalized output
@@ -611,15 +635,16 @@ void InitUnit(const SeqUnit& u, const float* q, int d, int dp, float scale2) {
 // Merges the chunk-first partials of the sequence's shared chunks (paper Eq. 2), in base 2. An
 // empty partial (m = -inf: a chunk whose rows another chunk of its run carries) is skipped without
 // touching its o; m = -inf on our side gives weight exp2(-inf) = 0.
-void MergePartials(const SeqUnit& u, const PartialSource& partials, int32_t seq, int32_t num_qo_heads,
-                   int dp) {
+void MergePartials(const SeqUnit& u, const PartialSource& partials, int32_t seq,
+                   int32_t num_qo_heads, int dp) {
   const TppPlanView& plan = *partials.plan;
   for (int32_t j = plan.seq_shared_indptr[seq]; j < plan.seq_shared_indptr[seq + 1]; ++j) {
     const int32_t i = plan.seq_shared_ids[j];
     // The unit's rows are consecutive query heads of `seq`; their partial rows are consecutive.
     const int64_t prow =
         (static_cast<int64_t>(plan.shared_partial_offset[i]) + seq - plan.shared_seq_begin[i]) *
-            num_qo_heads + (u.map.Index(u.row0) - static_cast<int64_t>(seq) * num_qo_heads);
+            num_qo_heads +
+        (u.map.Index(u.row0) - static_cast<int64_t>(seq) * num_qo_heads);
     for (int r = 0; r < u.nr; ++r) {
       const float pm_nat = partials.m_part[prow + r];
       if (pm_nat == kNegInf) continue;
@@ -640,8 +665,8 @@ void MergePartials(const SeqUnit& u, const PartialSource& partials, int32_t seq,
 
 // One chunk (len tokens of the unit's KV head) into the unit's online softmax.
 template <DType kDt, int kD>
-void AttendChunk(const SeqUnit& u, const typename Kv<kDt>::T* kb, const typename Kv<kDt>::T* vb, int len,
-                 int d_runtime, PrefetchStream& prefetch) {
+void AttendChunk(const SeqUnit& u, const typename Kv<kDt>::T* kb, const typename Kv<kDt>::T* vb,
+                 int len, int d_runtime, PrefetchStream& prefetch) {
   const int d = kD > 0 ? kD : d_runtime;
   const int dp = RoundUp8(d);
   alignas(64) float sc[kMaxRowsPerPass * kScoreStride];
@@ -713,17 +738,17 @@ template <template <DType, int> class Kernel>
 ThreadPool::TaskFn SelectTask(DType dtype, int head_dim) {
   switch (dtype) {
     case DType::kF16:
-      return head_dim == 128 ? &Kernel<DType::kF16, 128>::Run
+      return head_dim == 128  ? &Kernel<DType::kF16, 128>::Run
              : head_dim == 64 ? &Kernel<DType::kF16, 64>::Run
                               : &Kernel<DType::kF16, 0>::Run;
     case DType::kBF16:
-      return head_dim == 128 ? &Kernel<DType::kBF16, 128>::Run
+      return head_dim == 128  ? &Kernel<DType::kBF16, 128>::Run
              : head_dim == 64 ? &Kernel<DType::kBF16, 64>::Run
                               : &Kernel<DType::kBF16, 0>::Run;
     case DType::kF32:
       break;
   }
-  return head_dim == 128 ? &Kernel<DType::kF32, 128>::Run
+  return head_dim == 128  ? &Kernel<DType::kF32, 128>::Run
          : head_dim == 64 ? &Kernel<DType::kF32, 64>::Run
                           : &Kernel<DType::kF32, 0>::Run;
 }
@@ -752,15 +777,17 @@ struct Context {
   const int32_t* q_pos = nullptr;
 };
 
-int32_t BlocksOf(int64_t rows) { return static_cast<int32_t>((rows + kBlockRows - 1) / kBlockRows); }
+int32_t BlocksOf(int64_t rows) {
+  return static_cast<int32_t>((rows + kBlockRows - 1) / kBlockRows);
+}
 
 // Chunk-first for a chunk run with few rows (<= kStreamRows: the GEMM tiles would mostly compute
 // padding, and this is memory-bound): one streaming unit per KV head of [h0, h1), the rows being
 // the sharing sequences' query heads of that KV head. Unit (h - h0) is at scratch + (h - h0) *
 // SequenceUnitFloats; the caller reads its acc / m / l as the partial rows.
 template <DType kDt, int kD>
-void StreamChunks(const Context& ctx, int32_t h0, int32_t h1, const ChunkRange& chunks, int32_t seq_begin,
-                  int rows, float* scratch) {
+void StreamChunks(const Context& ctx, int32_t h0, int32_t h1, const ChunkRange& chunks,
+                  int32_t seq_begin, int rows, float* scratch) {
   const KvCacheView& kv = ctx.kv;
   const int d = kD > 0 ? kD : kv.head_dim;
   const int dp = RoundUp8(d);
@@ -803,32 +830,36 @@ struct ChunkFirstTask {
           ws.seg_task_begin - 1);
       const int32_t i0 = ws.seg_begin[seg];
       const int32_t i1 = ws.seg_begin[seg + 1];
-      const int64_t rows = static_cast<int64_t>(plan.shared_seq_end[i0] - plan.shared_seq_begin[i0]) * ctx.group;
+      const int64_t rows =
+          static_cast<int64_t>(plan.shared_seq_end[i0] - plan.shared_seq_begin[i0]) * ctx.group;
       const int32_t blocks = BlocksOf(rows);
       const int64_t local = task - ws.seg_task_begin[seg];
-      const int32_t h0 = static_cast<int32_t>(local / blocks) * ws.heads_per_task;
-      const int32_t h1 = std::min(h0 + ws.heads_per_task, ctx.kv.num_kv_heads);
+      const bool stream = rows <= kStreamRows;
+      const int32_t heads = stream ? ws.stream_heads_per_task : 1;
+      const int32_t h0 = static_cast<int32_t>(local / blocks) * heads;
+      const int32_t h1 = std::min(h0 + heads, ctx.kv.num_kv_heads);
       const int64_t row0 = (local % blocks) * kBlockRows;
       const int nrows = static_cast<int>(std::min<int64_t>(kBlockRows, rows - row0));
 
       const ChunkRange chunks{plan.shared_slot, plan.shared_len, i0, i1};
-      const bool stream = rows <= kStreamRows;
       if (stream) {
-        StreamChunks<kDt, kD>(ctx, h0, h1, chunks, plan.shared_seq_begin[i0], static_cast<int>(rows),
-                              static_cast<float*>(scratch));
+        StreamChunks<kDt, kD>(ctx, h0, h1, chunks, plan.shared_seq_begin[i0],
+                              static_cast<int>(rows), static_cast<float*>(scratch));
       } else {
         const RowMap qmap{plan.shared_seq_begin[i0], ctx.group, 0, ctx.num_qo_heads};
-        AttendBlock<kDt, kD, false>(ctx.kv, h0, h1, chunks, ctx.q, qmap, row0, nrows, ctx.scale2, nullptr,
-                                    scratch);
+        AttendBlock<kDt, kD, false>(ctx.kv, h0, h1, chunks, ctx.q, qmap, row0, nrows, ctx.scale2,
+                                    nullptr, scratch);
       }
       for (int32_t h = h0; h < h1; ++h) {
-        const RowMap pmap{plan.shared_partial_offset[i0], ctx.group, h * ctx.group, ctx.num_qo_heads};
+        const RowMap pmap{plan.shared_partial_offset[i0], ctx.group, h * ctx.group,
+                          ctx.num_qo_heads};
         const float* o;
         const float* m;
         const float* l;
         if (stream) {
-          const SeqUnit u = CarveSeqUnit(static_cast<float*>(scratch) + (h - h0) * SequenceUnitFloats(d), dp,
-                                         pmap, 0, static_cast<int>(rows));
+          const SeqUnit u =
+              CarveSeqUnit(static_cast<float*>(scratch) + (h - h0) * SequenceUnitFloats(d), dp,
+                           pmap, 0, static_cast<int>(rows));
           o = u.acc;
           m = u.m;
           l = u.l;
@@ -845,7 +876,8 @@ struct ChunkFirstTask {
           ws.l_part[idx] = l[r];
         }
         for (int32_t i = i0 + 1; i < i1; ++i) {
-          const RowMap empty{plan.shared_partial_offset[i], ctx.group, h * ctx.group, ctx.num_qo_heads};
+          const RowMap empty{plan.shared_partial_offset[i], ctx.group, h * ctx.group,
+                             ctx.num_qo_heads};
           for (int r = 0; r < nrows; ++r) {
             const int64_t idx = empty.Index(row0 + r);
             ws.m_part[idx] = kNegInf;
@@ -882,7 +914,8 @@ struct SequenceTask {
     }
     auto unit = [&](int32_t seq, int32_t h0, int32_t h, int p) {
       return CarveSeqUnit(scratch + ((h - h0) * passes + p) * unit_floats, dp,
-                          RowMap{seq, ctx.group, h * ctx.group, ctx.num_qo_heads}, p * kMaxRowsPerPass,
+                          RowMap{seq, ctx.group, h * ctx.group, ctx.num_qo_heads},
+                          p * kMaxRowsPerPass,
                           std::min(kMaxRowsPerPass, ctx.group - p * kMaxRowsPerPass));
     };
     for (int64_t task = begin; task < end; ++task) {
@@ -917,12 +950,14 @@ struct SequenceTask {
           if (h + 1 == h1 && i + 1 < last) {
             const int32_t next_i = i + 1;
             const int32_t next_h = h0;
-            prefetch.Reset(BlockPtr<kDt>(kv.k, kv, ctx.chunk_slot[next_i], next_h),
-                           BlockPtr<kDt>(kv.v, kv, ctx.chunk_slot[next_i], next_h),
-                           static_cast<int64_t>(ctx.chunk_len[next_i]) * d * sizeof(typename Kv<kDt>::T),
-                           2 * static_cast<int64_t>((len + 7) / 8));  // Step()s of one unit
+            prefetch.Reset(
+                BlockPtr<kDt>(kv.k, kv, ctx.chunk_slot[next_i], next_h),
+                BlockPtr<kDt>(kv.v, kv, ctx.chunk_slot[next_i], next_h),
+                static_cast<int64_t>(ctx.chunk_len[next_i]) * d * sizeof(typename Kv<kDt>::T),
+                2 * static_cast<int64_t>((len + 7) / 8));  // Step()s of one unit
           }
-          for (int p = 0; p < passes; ++p) AttendChunk<kDt, kD>(unit(seq, h0, h, p), kb, vb, len, d, prefetch);
+          for (int p = 0; p < passes; ++p)
+            AttendChunk<kDt, kD>(unit(seq, h0, h, p), kb, vb, len, d, prefetch);
         }
       }
       for (int32_t h = h0; h < h1; ++h) {
@@ -947,21 +982,23 @@ struct PrefillTask {
       int32_t seq = 0;
       int32_t blocks = 0;
       for (;; ++seq) {
-        const int64_t rows = static_cast<int64_t>(ctx.q_indptr[seq + 1] - ctx.q_indptr[seq]) * ctx.group;
+        const int64_t rows =
+            static_cast<int64_t>(ctx.q_indptr[seq + 1] - ctx.q_indptr[seq]) * ctx.group;
         blocks = BlocksOf(rows);
         const int64_t seq_tasks = static_cast<int64_t>(blocks) * ctx.kv.num_kv_heads;
         if (local < seq_tasks) break;
         local -= seq_tasks;
       }
-      const int64_t rows = static_cast<int64_t>(ctx.q_indptr[seq + 1] - ctx.q_indptr[seq]) * ctx.group;
+      const int64_t rows =
+          static_cast<int64_t>(ctx.q_indptr[seq + 1] - ctx.q_indptr[seq]) * ctx.group;
       const int32_t kv_head = static_cast<int32_t>(local / blocks);
       const int64_t row0 = (blocks - 1 - local % blocks) * static_cast<int64_t>(kBlockRows);
       const int nrows = static_cast<int>(std::min<int64_t>(kBlockRows, rows - row0));
       const RowMap map{ctx.q_indptr[seq], ctx.group, kv_head * ctx.group, ctx.num_qo_heads};
-      AttendBlock<kDt, kD, true>(
-          ctx.kv, kv_head, kv_head + 1,
-          ChunkRange{ctx.chunk_slot, ctx.chunk_len, ctx.chunk_indptr[seq], ctx.chunk_indptr[seq + 1]},
-          ctx.q, map, row0, nrows, ctx.scale2, ctx.q_pos, scratch);
+      AttendBlock<kDt, kD, true>(ctx.kv, kv_head, kv_head + 1,
+                                 ChunkRange{ctx.chunk_slot, ctx.chunk_len, ctx.chunk_indptr[seq],
+                                            ctx.chunk_indptr[seq + 1]},
+                                 ctx.q, map, row0, nrows, ctx.scale2, ctx.q_pos, scratch);
       const BlockHead b = CarveBlockHead(scratch, d, ctx.kv.chunk_size, nrows, 0);
       for (int r = 0; r < nrows; ++r) {
         float* orow = ctx.o + map.Index(row0 + r) * d;
@@ -983,7 +1020,8 @@ void AppendRows(const KvAppendParams& p) {
   for (int32_t i = 0; i < p.num_tokens; ++i) {
     for (int32_t h = 0; h < kv.num_kv_heads; ++h) {
       const int64_t dst =
-          ((static_cast<int64_t>(p.slot[i]) * kv.num_kv_heads + h) * kv.chunk_size + p.offset[i]) * d;
+          ((static_cast<int64_t>(p.slot[i]) * kv.num_kv_heads + h) * kv.chunk_size + p.offset[i]) *
+          d;
       const int64_t src = (static_cast<int64_t>(i) * kv.num_kv_heads + h) * d;
       for (int which = 0; which < 2; ++which) {
         const float* s = (which == 0 ? p.k : p.v) + src;
@@ -1015,7 +1053,8 @@ void SplitHeads(Context* ctx, int32_t threads) {
   constexpr int64_t kTasksPerThread = 8;
   const int32_t num_kv_heads = ctx->kv.num_kv_heads;
   const int64_t seqs = std::max<int64_t>(1, ctx->num_seqs);
-  const int64_t blocks = std::clamp<int64_t>((kTasksPerThread * threads + seqs - 1) / seqs, 1, num_kv_heads);
+  const int64_t blocks =
+      std::clamp<int64_t>((kTasksPerThread * threads + seqs - 1) / seqs, 1, num_kv_heads);
   const int64_t passes = (ctx->group + kMaxRowsPerPass - 1) / kMaxRowsPerPass;
   const int64_t fit = static_cast<int64_t>(ctx->pool->scratch_bytes() / sizeof(float)) /
                       (passes * SequenceUnitFloats(ctx->kv.head_dim));
@@ -1064,7 +1103,8 @@ void PrefillAttention(const PrefillAttentionParams& p, int32_t threads) {
   ctx.q_pos = p.q_pos;
   int64_t tasks = 0;
   for (int32_t s = 0; s < p.num_seqs; ++s) {
-    tasks += static_cast<int64_t>(BlocksOf(static_cast<int64_t>(p.q_indptr[s + 1] - p.q_indptr[s]) * ctx.group)) *
+    tasks += static_cast<int64_t>(
+                 BlocksOf(static_cast<int64_t>(p.q_indptr[s + 1] - p.q_indptr[s]) * ctx.group)) *
              p.kv.num_kv_heads;
   }
   p.pool->ParallelFor(tasks, 1, threads, SelectTask<PrefillTask>(p.kv.dtype, p.kv.head_dim), &ctx);

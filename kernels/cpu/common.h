@@ -13,8 +13,8 @@ namespace chunkserve::kernels::cpu {
 
 enum class KernelStatus : int32_t {
   kOk = 0,
-  kInvalidArgument = 1,    // a null pointer, a shape or an index out of range, a bad plan
-  kUnsupported = 2,        // valid in principle but not built here (e.g. AVX2 asked on a CPU without)
+  kInvalidArgument = 1,  // a null pointer, a shape or an index out of range, a bad plan
+  kUnsupported = 2,      // valid in principle but not built here (e.g. AVX2 asked on a CPU without)
   kResourceExhausted = 3,  // the caller's workspace or the pool's per-thread scratch is too small
 };
 

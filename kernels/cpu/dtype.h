@@ -71,9 +71,9 @@ inline uint16_t FloatToHalf(float f) {
   if (abs < 0x33000000u) return sign;  // below half the smallest subnormal (2^-25): +-0
   // Subnormal half: value = mantissa * 2^-24; shift the full 24-bit significand into place and
   // round to nearest even on the dropped bits.
-  const uint32_t exponent = abs >> 23;                  // 102..112
+  const uint32_t exponent = abs >> 23;  // 102..112
   const uint32_t significand = (abs & 0x7fffffu) | 0x800000u;
-  const uint32_t shift = 126 - exponent;                // 14..24
+  const uint32_t shift = 126 - exponent;  // 14..24
   const uint32_t half_bits = significand >> shift;
   const uint32_t remainder = significand & ((1u << shift) - 1);
   const uint32_t halfway = 1u << (shift - 1);

@@ -16,6 +16,10 @@ namespace chunkserve::kernels::cpu {
 // one task are [head_dim x 64], [chunk_size x 64] and [64 x head_dim] floats, which stay in L2.
 inline constexpr int32_t kBlockRows = 64;
 
+// Chunk-first runs with at most this many query rows (sequences x GQA group) take the streaming
+// path: GEMM tiles would mostly multiply padding, and so few rows make the work memory-bound.
+inline constexpr int32_t kStreamRows = 4;
+
 inline int32_t PaddedHeadDim(int32_t head_dim) { return (head_dim + 7) & ~7; }
 
 // Scratch of a chunk-first / prefill task (see attention_impl.h's BlockTemps and BlockHead): the
@@ -30,15 +34,10 @@ inline int64_t BlockHeadFloats(int32_t head_dim, int32_t rows) {
 }
 // The least per-thread scratch that runs any chunk-first / prefill task (one head, full rows).
 inline size_t BlockScratchBytes(int32_t head_dim, int32_t chunk_size) {
-  return static_cast<size_t>(BlockTempFloats(head_dim, chunk_size) + BlockHeadFloats(head_dim, kBlockRows)) *
+  return static_cast<size_t>(BlockTempFloats(head_dim, chunk_size) +
+                             BlockHeadFloats(head_dim, kBlockRows)) *
          sizeof(float);
 }
-// How many KV heads' states fit next to the temporaries in `scratch_bytes`.
-inline int64_t BlockHeadsThatFit(size_t scratch_bytes, int32_t head_dim, int32_t chunk_size, int32_t rows) {
-  const int64_t floats = static_cast<int64_t>(scratch_bytes / sizeof(float)) - BlockTempFloats(head_dim, chunk_size);
-  return floats <= 0 ? 0 : floats / BlockHeadFloats(head_dim, rows);
-}
-
 // Floats of one sequence-first unit (up to kMaxRowsPerPass query heads of one sequence): scaled
 // queries and accumulators of padded head_dim each, running max and sum.
 inline int64_t SequenceUnitFloats(int32_t head_dim) {
@@ -55,7 +54,8 @@ inline size_t SequenceScratchBytes(int32_t head_dim, int32_t group) {
 // o_part[i * padded_head_dim ...], m_part[i], l_part[i]; m is natural-log based. The chunk-first
 // tasks are runs of shared chunks with the same row range ("segments"): segment g covers shared
 // chunks [seg_begin[g], seg_begin[g + 1]) and tasks [seg_task_begin[g], seg_task_begin[g + 1]),
-// one per (range of heads_per_task KV heads, block of kBlockRows rows), head range major.
+// one per (KV head, block of kBlockRows rows), head major, or for segments of at most
+// kStreamRows rows, one per range of stream_heads_per_task KV heads.
 struct TppWorkspace {
   float* o_part = nullptr;
   float* m_part = nullptr;
@@ -63,15 +63,15 @@ struct TppWorkspace {
   int32_t* seg_begin = nullptr;       // [num_segments + 1]
   int32_t* seg_task_begin = nullptr;  // [num_segments + 1]
   int32_t num_segments = 0;
-  int32_t heads_per_task = 1;
+  int32_t stream_heads_per_task = 1;
 };
 
-#define CHUNKSERVE_DECLARE_ISA_KERNELS(isa)                                             \
-  namespace isa {                                                                       \
+#define CHUNKSERVE_DECLARE_ISA_KERNELS(isa)                                               \
+  namespace isa {                                                                         \
   void TppDecode(const TppDecodeParams& params, const TppWorkspace& ws, int32_t threads); \
-  void PagedDecode(const PagedDecodeParams& params, int32_t threads);                  \
-  void PrefillAttention(const PrefillAttentionParams& params, int32_t threads);        \
-  void KvAppend(const KvAppendParams& params);                                         \
+  void PagedDecode(const PagedDecodeParams& params, int32_t threads);                     \
+  void PrefillAttention(const PrefillAttentionParams& params, int32_t threads);           \
+  void KvAppend(const KvAppendParams& params);                                            \
   }
 CHUNKSERVE_DECLARE_ISA_KERNELS(avx2)
 CHUNKSERVE_DECLARE_ISA_KERNELS(scalar)

@@ -40,7 +40,8 @@ KernelStatus KvAppend(const KvAppendParams& p) {
   return KernelStatus::kOk;
 }
 
-KernelStatus KvCopy(const KvArenaLayer& kv, int32_t src_slot, int32_t dst_slot, int32_t num_tokens) {
+KernelStatus KvCopy(const KvArenaLayer& kv, int32_t src_slot, int32_t dst_slot,
+                    int32_t num_tokens) {
   if (!ValidLayer(kv) || src_slot < 0 || src_slot >= kv.num_slots || dst_slot < 0 ||
       dst_slot >= kv.num_slots || src_slot == dst_slot || num_tokens < 0 ||
       num_tokens > kv.chunk_size) {

@@ -1,6 +1,6 @@
 // Writing into the KV arena: KvAppend stores new tokens' K and V (fp32 in, converted to the storage
-// dtype with round-to-nearest-even), KvCopy copies the first tokens of a slot into another slot (the
-// prefix tree's copy-on-write when a sequence diverges inside a shared, partly used chunk).
+// dtype with round-to-nearest-even), KvCopy copies the first tokens of a slot into another slot
+// (the prefix tree's copy-on-write when a sequence diverges inside a shared, partly used chunk).
 //
 // Both work on one layer, through a mutable view of the same layout as KvCacheView
 // (kernels/attention_params.h): K and V each [num_slots, num_kv_heads, chunk_size, head_dim].

@@ -40,7 +40,8 @@ void AttendRow(const NaiveAttentionParams& p, int32_t query, int32_t head, doubl
   for (int64_t t = begin; t < end; ++t) {
     const int64_t base = (t * p.num_kv_heads + kv_head) * d;
     double dot = 0.0;
-    for (int32_t i = 0; i < d; ++i) dot += static_cast<double>(q[i]) * LoadElement(p.dtype, p.k, base + i);
+    for (int32_t i = 0; i < d; ++i)
+      dot += static_cast<double>(q[i]) * LoadElement(p.dtype, p.k, base + i);
     scores[t - begin] = dot * p.sm_scale;
     if (scores[t - begin] > max_score) max_score = scores[t - begin];
   }
@@ -52,7 +53,8 @@ void AttendRow(const NaiveAttentionParams& p, int32_t query, int32_t head, doubl
   for (int32_t i = 0; i < d; ++i) acc[i] = 0.0;
   for (int64_t t = begin; t < end; ++t) {
     const int64_t base = (t * p.num_kv_heads + kv_head) * d;
-    for (int32_t i = 0; i < d; ++i) acc[i] += scores[t - begin] * LoadElement(p.dtype, p.v, base + i);
+    for (int32_t i = 0; i < d; ++i)
+      acc[i] += scores[t - begin] * LoadElement(p.dtype, p.v, base + i);
   }
   for (int32_t i = 0; i < d; ++i) o[i] = static_cast<float>(acc[i] / sum);
 }
@@ -85,9 +87,9 @@ void RunRows(void* ctx, int64_t begin, int64_t end, int32_t /*thread_index*/) {
 
 KernelStatus NaiveAttention(const NaiveAttentionParams& p) {
   if (p.q == nullptr || p.o == nullptr || p.k == nullptr || p.v == nullptr ||
-      p.kv_begin == nullptr || p.kv_end == nullptr || p.num_queries < 0 ||
-      p.num_qo_heads <= 0 || p.num_kv_heads <= 0 || p.num_qo_heads % p.num_kv_heads != 0 ||
-      p.head_dim <= 0 || p.num_kv_tokens < 0) {
+      p.kv_begin == nullptr || p.kv_end == nullptr || p.num_queries < 0 || p.num_qo_heads <= 0 ||
+      p.num_kv_heads <= 0 || p.num_qo_heads % p.num_kv_heads != 0 || p.head_dim <= 0 ||
+      p.num_kv_tokens < 0) {
     return KernelStatus::kInvalidArgument;
   }
   if (p.dtype != DType::kF32 && p.dtype != DType::kF16 && p.dtype != DType::kBF16) {

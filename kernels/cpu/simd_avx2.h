@@ -68,8 +68,10 @@ inline void ReduceAdd4(const F8* a, float* out) {
 }
 // Lane i of the result = ReduceAdd(a[i]).
 inline F8 ReduceAdd8(const F8* a) {
-  const __m256 h0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0].v, a[1].v), _mm256_hadd_ps(a[2].v, a[3].v));
-  const __m256 h4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4].v, a[5].v), _mm256_hadd_ps(a[6].v, a[7].v));
+  const __m256 h0123 =
+      _mm256_hadd_ps(_mm256_hadd_ps(a[0].v, a[1].v), _mm256_hadd_ps(a[2].v, a[3].v));
+  const __m256 h4567 =
+      _mm256_hadd_ps(_mm256_hadd_ps(a[4].v, a[5].v), _mm256_hadd_ps(a[6].v, a[7].v));
   return {_mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20),
                         _mm256_permute2f128_ps(h0123, h4567, 0x31))};
 }
@@ -78,7 +80,8 @@ inline F8 ReduceAdd8(const F8* a) {
 // polynomial in f*ln2 (relative error < 2e-7), 2^n by building the exponent bits. x < -126.5
 // (including -inf) gives 0: n = -127 makes the exponent field 0.
 inline F8 Exp2(F8 x) {
-  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x.v, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+  const __m256 xc =
+      _mm256_min_ps(_mm256_max_ps(x.v, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
   const __m256 n = _mm256_round_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(xc, n);
   __m256 p = _mm256_set1_ps(1.5403530393381606e-4f);
@@ -88,7 +91,8 @@ inline F8 Exp2(F8 x) {
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-1f));
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-1f));
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return {_mm256_mul_ps(p, _mm256_castsi256_ps(e))};
 }
 
@@ -108,7 +112,8 @@ inline void StoreF16(uint16_t* p, F8 a) {
 inline void StoreBF16(uint16_t* p, F8 a) {
   const __m256i u = _mm256_castps_si256(a.v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  __m256i r =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
   const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
   r = _mm256_blendv_epi8(r, nan, _mm256_castps_si256(_mm256_cmp_ps(a.v, a.v, _CMP_UNORD_Q)));
   const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
@@ -127,6 +132,9 @@ inline F8 LoadBF16Partial(const uint16_t* p, int n) {
 
 // Keeps the compiler from moving loads and FMAs across this point (no instruction is emitted).
 inline void CompilerBarrier() { asm volatile("" ::: "memory"); }
+
+// Makes the compiler compute x (and the loads behind it) without using it.
+inline void KeepAlive(uint32_t x) { asm volatile("" : : "r"(x)); }
 
 inline void Prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 

@@ -136,6 +136,8 @@ inline F8 LoadBF16Partial(const uint16_t* p, int n) {
 
 inline void CompilerBarrier() {}
 
+inline void KeepAlive(uint32_t x) { asm volatile("" : : "r"(x)); }
+
 inline void Prefetch(const void* p) { __builtin_prefetch(p); }
 
 }  // namespace chunkserve::kernels::cpu::scalar

@@ -1,5 +1,6 @@
 #include "kernels/cpu/thread_pool.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <new>
 #include <system_error>
@@ -11,9 +12,9 @@
 namespace chunkserve::kernels::cpu {
 namespace {
 
-// About 20-50 us of polling before a thread sleeps: long enough to catch the next decode layer's
-// job without a futex round trip, short enough not to burn a shared core.
-constexpr int kSpinIterations = 1 << 14;
+// Polling time before a thread sleeps: long enough to catch the next decode layer's job without a
+// futex round trip, short enough not to burn a shared core.
+constexpr auto kSpinTime = std::chrono::microseconds(50);
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -24,9 +25,11 @@ inline void CpuRelax() {
 // Returns once done(value) holds: polls for a while, then sleeps until the value changes.
 template <typename T, typename Pred>
 void SpinThenWait(const std::atomic<T>& value, Pred done) {
-  for (int i = 0; i < kSpinIterations; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+  for (int i = 0;; ++i) {
     if (done(value.load(std::memory_order_acquire))) return;
     CpuRelax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) break;
   }
   for (;;) {
     const T now = value.load(std::memory_order_acquire);

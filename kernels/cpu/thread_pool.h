@@ -6,8 +6,8 @@
 // job is a function pointer and a context pointer, and each thread's scratch (scratch_bytes(),
 // 64-byte aligned) is allocated once, at construction.
 //
-// Idle workers spin briefly after a job (decode calls come back to back, one per layer) and then
-// sleep on a futex, so an idle pool costs no CPU.
+// Idle workers spin for about 50 us after a job (decode calls come back to back, one per layer)
+// and then sleep on a futex, so an idle pool costs no CPU.
 //
 // Thread safety: ParallelFor may be called from any thread; concurrent calls are serialized. A task
 // must not call ParallelFor on the same pool (it would deadlock) and must not throw.
@@ -34,7 +34,8 @@ class ThreadPool {
   // num_threads <= 0 means std::thread::hardware_concurrency(). If the OS refuses a thread, the
   // pool runs with the threads it got (num_threads() says how many); if the scratch allocation
   // fails, scratch_bytes() is 0 and kernels that need scratch return kResourceExhausted.
-  explicit ThreadPool(int32_t num_threads = 0, size_t scratch_bytes_per_thread = kDefaultScratchBytes);
+  explicit ThreadPool(int32_t num_threads = 0,
+                      size_t scratch_bytes_per_thread = kDefaultScratchBytes);
   ~ThreadPool();
 
   ThreadPool(const ThreadPool&) = delete;
@@ -45,7 +46,8 @@ class ThreadPool {
   size_t scratch_bytes() const { return scratch_ == nullptr ? 0 : scratch_bytes_; }
   // Scratch of thread `thread_index` (0 .. num_threads() - 1); null when scratch_bytes() == 0.
   void* scratch(int32_t thread_index) const {
-    return scratch_ == nullptr ? nullptr : scratch_ + static_cast<size_t>(thread_index) * scratch_bytes_;
+    return scratch_ == nullptr ? nullptr
+                               : scratch_ + static_cast<size_t>(thread_index) * scratch_bytes_;
   }
 
   // Runs fn over [0, num_tasks) on min(max_threads, num_threads()) threads (max_threads <= 0: all),

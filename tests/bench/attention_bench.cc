@@ -17,16 +17,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_isa.h"
@@ -89,14 +89,20 @@ void Usage() {
 }
 
 bool ParseDType(const std::string& s, DType* out) {
-  if (s == "f32") *out = DType::kF32;
-  else if (s == "f16") *out = DType::kF16;
-  else if (s == "bf16") *out = DType::kBF16;
-  else return false;
+  if (s == "f32")
+    *out = DType::kF32;
+  else if (s == "f16")
+    *out = DType::kF16;
+  else if (s == "bf16")
+    *out = DType::kBF16;
+  else
+    return false;
   return true;
 }
 
-const char* DTypeName(DType t) { return t == DType::kF16 ? "f16" : t == DType::kBF16 ? "bf16" : "f32"; }
+const char* DTypeName(DType t) {
+  return t == DType::kF16 ? "f16" : t == DType::kBF16 ? "bf16" : "f32";
+}
 
 // Returns 0 on success, 1 for --help, 2 on a bad flag.
 int ParseFlags(int argc, char** argv, Options* o) {
@@ -125,16 +131,26 @@ int ParseFlags(int argc, char** argv, Options* o) {
     if (a == "--help" || a == "-h") {
       Usage();
       return 1;
-    } else if (a == "--np") ok = int_flag("--np", &o->np);
-    else if (a == "--ns") ok = int_flag("--ns", &o->ns);
-    else if (a == "--batch") ok = int_flag("--batch", &o->batch);
-    else if (a == "--heads") ok = int_flag("--heads", &o->heads);
-    else if (a == "--kv-heads") ok = int_flag("--kv-heads", &o->kv_heads);
-    else if (a == "--head-dim") ok = int_flag("--head-dim", &o->head_dim);
-    else if (a == "--chunk") ok = int_flag("--chunk", &o->chunk);
-    else if (a == "--threads") ok = int_flag("--threads", &o->threads);
-    else if (a == "--iters") ok = int_flag("--iters", &o->iters);
-    else if (a == "--naive-iters") ok = int_flag("--naive-iters", &o->naive_iters);
+    } else if (a == "--np")
+      ok = int_flag("--np", &o->np);
+    else if (a == "--ns")
+      ok = int_flag("--ns", &o->ns);
+    else if (a == "--batch")
+      ok = int_flag("--batch", &o->batch);
+    else if (a == "--heads")
+      ok = int_flag("--heads", &o->heads);
+    else if (a == "--kv-heads")
+      ok = int_flag("--kv-heads", &o->kv_heads);
+    else if (a == "--head-dim")
+      ok = int_flag("--head-dim", &o->head_dim);
+    else if (a == "--chunk")
+      ok = int_flag("--chunk", &o->chunk);
+    else if (a == "--threads")
+      ok = int_flag("--threads", &o->threads);
+    else if (a == "--iters")
+      ok = int_flag("--iters", &o->iters);
+    else if (a == "--naive-iters")
+      ok = int_flag("--naive-iters", &o->naive_iters);
     else if (a == "--kv-dtype") {
       const char* v = value("--kv-dtype");
       ok = v != nullptr && ParseDType(v, &o->kv_dtype);
@@ -156,11 +172,16 @@ int ParseFlags(int argc, char** argv, Options* o) {
           at = comma + 1;
         }
       }
-    } else if (a == "--json") o->json = true;
-    else if (a == "--no-naive") o->naive = false;
-    else if (a == "--grid") o->grid = true;
-    else if (a == "--warm") o->warm = true;
-    else if (a == "--paged-head-major") o->paged_head_major = true;
+    } else if (a == "--json")
+      o->json = true;
+    else if (a == "--no-naive")
+      o->naive = false;
+    else if (a == "--grid")
+      o->grid = true;
+    else if (a == "--warm")
+      o->warm = true;
+    else if (a == "--paged-head-major")
+      o->paged_head_major = true;
     else {
       std::cerr << "attention: unknown flag " << a << " (--help)\n";
       return 2;
@@ -168,7 +189,8 @@ int ParseFlags(int argc, char** argv, Options* o) {
     if (!ok) return 2;
   }
   if (o->kv_heads <= 0) o->kv_heads = o->heads;
-  if (o->threads <= 0) o->threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  if (o->threads <= 0)
+    o->threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   if (o->np < 1 || o->ns < 0 || o->ns > o->np || o->batch < 1 || o->heads < 1 || o->kv_heads < 1 ||
       o->heads % o->kv_heads != 0 || o->head_dim < 1 || o->head_dim > kc::kMaxHeadDim ||
       o->chunk < kc::kMinChunkSize || o->chunk > kc::kMaxChunkSize || o->iters < 1) {
@@ -189,9 +211,11 @@ struct BenchLayout {
   int32_t num_slots = 0;
   int64_t shared_tokens = 0;   // stored once
   int64_t private_tokens = 0;  // summed over sequences
-  std::vector<int32_t> shared_slot, shared_len, shared_seq_begin, shared_seq_end, shared_partial_offset;
+  std::vector<int32_t> shared_slot, shared_len, shared_seq_begin, shared_seq_end,
+      shared_partial_offset;
   int32_t num_partial_rows = 0;
-  std::vector<int32_t> seq_shared_indptr{0}, seq_shared_ids, private_indptr{0}, private_slot, private_len;
+  std::vector<int32_t> seq_shared_indptr{0}, seq_shared_ids, private_indptr{0}, private_slot,
+      private_len;
   std::vector<int32_t> block_indptr{0}, block_slot, block_len;
 
   TppPlanView Plan() const {
@@ -265,7 +289,8 @@ void FillRandom(void* data, size_t n, DType dtype, uint64_t seed, kc::ThreadPool
     for (int64_t part = begin; part < end; ++part) {
       const size_t lo = n * static_cast<size_t>(part) / 64;
       const size_t hi = n * static_cast<size_t>(part + 1) / 64;
-      uint64_t x = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(part) * 0xbf58476d1ce4e5b9ull + 1;
+      uint64_t x =
+          seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(part) * 0xbf58476d1ce4e5b9ull + 1;
       for (size_t i = lo; i < hi; ++i) {
         x ^= x << 13;
         x ^= x >> 7;
@@ -308,6 +333,24 @@ Timing Time(int32_t iters, bool warm, F run) {
   return {Median(ms), *std::min_element(ms.begin(), ms.end()), iters};
 }
 
+// Times several implementations with their iterations interleaved (a, b, c, a, b, c, ...), so that
+// on a machine whose available bandwidth drifts (shared hosts do) they all see the same conditions.
+std::vector<Timing> TimeInterleaved(int32_t iters, bool warm,
+                                    const std::vector<std::function<void()>>& runs) {
+  std::vector<std::vector<double>> ms(runs.size());
+  for (int32_t i = 0; i < iters; ++i) {
+    for (size_t k = 0; k < runs.size(); ++k) {
+      if (!warm) FlushCaches();
+      const auto start = Clock::now();
+      runs[k]();
+      ms[k].push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    }
+  }
+  std::vector<Timing> out;
+  for (const auto& v : ms) out.push_back({Median(v), *std::min_element(v.begin(), v.end()), iters});
+  return out;
+}
+
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   double worst = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -339,7 +382,8 @@ bool RunConfig(const Options& o, const Config& cfg, MachinePeaks& peaks, kc::Thr
   std::unique_ptr<void, decltype(&std::free)> k(AllocateLarge(arena_elems * elem), &std::free);
   std::unique_ptr<void, decltype(&std::free)> v(AllocateLarge(arena_elems * elem), &std::free);
   if (k == nullptr || v == nullptr) {
-    std::cerr << "attention: cannot allocate the KV arena (" << 2 * arena_elems * elem / (1 << 20) << " MiB)\n";
+    std::cerr << "attention: cannot allocate the KV arena (" << 2 * arena_elems * elem / (1 << 20)
+              << " MiB)\n";
     return false;
   }
   FillRandom(k.get(), arena_elems, o.kv_dtype, 1, pool);
@@ -424,7 +468,8 @@ bool RunConfig(const Options& o, const Config& cfg, MachinePeaks& peaks, kc::Thr
       for (int32_t j = layout.block_indptr[s]; j < layout.block_indptr[s + 1]; ++j) {
         for (int32_t t = 0; t < layout.block_len[j]; ++t) {
           for (int32_t h = 0; h < o.kv_heads; ++h) {
-            const size_t src = ((static_cast<size_t>(layout.block_slot[j]) * o.kv_heads + h) * o.chunk + t) * row;
+            const size_t src =
+                ((static_cast<size_t>(layout.block_slot[j]) * o.kv_heads + h) * o.chunk + t) * row;
             std::memcpy(&ck[at], static_cast<const unsigned char*>(kv.k) + src, row);
             std::memcpy(&cv[at], static_cast<const unsigned char*>(kv.v) + src, row);
             at += row;
@@ -453,9 +498,10 @@ bool RunConfig(const Options& o, const Config& cfg, MachinePeaks& peaks, kc::Thr
   results->clear();
   RemeasureMachinePeaks(&peaks);
   if (run_naive) {
-    Result r{"naive", Time(std::max(1, std::min(o.naive_iters, o.iters)), o.warm, [&] {
-               (void)kc::NaiveAttention(np);
-             }), true};
+    Result r{"naive",
+             Time(std::max(1, std::min(o.naive_iters, o.iters)), o.warm,
+                  [&] { (void)kc::NaiveAttention(np); }),
+             true};
     const double diff = MaxAbsDiff(o_tpp, o_naive);
     if (!(diff <= kAgree)) {
       std::cerr << "attention: tpp and naive disagree: max |diff| = " << diff << "\n";
@@ -463,11 +509,15 @@ bool RunConfig(const Options& o, const Config& cfg, MachinePeaks& peaks, kc::Thr
     }
     results->push_back(r);
   }
-  results->push_back({"paged", Time(o.iters, o.warm, [&] { (void)kc::PagedDecode(pp); }), true});
+  std::vector<std::string> names = {"paged", "tpp"};
+  std::vector<std::function<void()>> runs = {[&] { (void)kc::PagedDecode(pp); },
+                                             [&] { (void)kc::TppDecode(tp); }};
   if (o.paged_head_major) {
-    results->push_back({"paged_hm", Time(o.iters, o.warm, [&] { (void)kc::PagedDecode(pp_hm); }), true});
+    names.insert(names.begin() + 1, "paged_hm");
+    runs.insert(runs.begin() + 1, [&] { (void)kc::PagedDecode(pp_hm); });
   }
-  results->push_back({"tpp", Time(o.iters, o.warm, [&] { (void)kc::TppDecode(tp); }), true});
+  const std::vector<Timing> timings = TimeInterleaved(o.iters, o.warm, runs);
+  for (size_t k = 0; k < names.size(); ++k) results->push_back({names[k], timings[k], true});
   RemeasureMachinePeaks(&peaks);
   return true;
 }
@@ -480,7 +530,8 @@ struct Work {
 
 Work WorkOf(const Options& o, const Config& cfg) {
   const BenchLayout layout = BuildLayout(cfg.batch, o.chunk, cfg.np, cfg.ns);
-  const double kv_row = 2.0 * o.kv_heads * o.head_dim * static_cast<double>(kernels::DTypeSize(o.kv_dtype));
+  const double kv_row =
+      2.0 * o.kv_heads * o.head_dim * static_cast<double>(kernels::DTypeSize(o.kv_dtype));
   const double qo = 2.0 * cfg.batch * o.heads * o.head_dim * sizeof(float);
   return {static_cast<double>(layout.shared_tokens + layout.private_tokens) * kv_row + qo,
           4.0 * cfg.batch * static_cast<double>(cfg.np) * o.heads * o.head_dim};
@@ -518,6 +569,7 @@ void EmitJson(const Options& o, const Config& cfg, const MachinePeaks& peaks, co
   j["bytes"] = w.bytes;
   j["flops"] = w.flops;
   j["bandwidth_gbs"] = peaks.read_gbs;
+  j["bandwidth_low_gbs"] = peaks.read_gbs_low;
   j["fma_gflops"] = peaks.fma_gflops;
   j["achieved_gbs"] = w.bytes / (r.timing.median_ms * 1e6);
   j["achieved_gflops"] = w.flops / (r.timing.median_ms * 1e6);
@@ -543,9 +595,10 @@ struct Measured {
 void PrintHeader(const Options& o, const MachinePeaks& peaks) {
   kc::KernelStatus isa_status;
   const kc::CpuIsa isa = kc::ResolveCpuIsa(o.isa, &isa_status);
-  std::printf("machine: %d threads; read bandwidth %.1f GB/s (best pass of the run; lowest %.1f), "
-              "FMA peak %.1f GFLOP/s\n",
-              peaks.threads, peaks.read_gbs, peaks.read_gbs_low, peaks.fma_gflops);
+  std::printf(
+      "machine: %d threads; read bandwidth %.1f GB/s (best pass of the run; lowest %.1f), "
+      "FMA peak %.1f GFLOP/s\n",
+      peaks.threads, peaks.read_gbs, peaks.read_gbs_low, peaks.fma_gflops);
   std::printf("kernels: %s; KV %s; heads %d, kv heads %d, head dim %d, chunk %d; caches %s\n",
               kc::CpuIsaName(isa), DTypeName(o.kv_dtype), o.heads, o.kv_heads, o.head_dim, o.chunk,
               o.warm ? "warm" : "flushed before every timed iteration");
@@ -557,7 +610,8 @@ void PrintSingle(const Options& o, const MachinePeaks& peaks, const Measured& m)
   std::printf("np %lld, ns %lld, batch %d: minimal %.1f MB, %.3f GFLOP, floor %.3f ms (%s-bound)\n",
               static_cast<long long>(m.cfg.np), static_cast<long long>(m.cfg.ns), m.cfg.batch,
               w.bytes / 1e6, w.flops / 1e9, floor_ms,
-              w.bytes / (peaks.read_gbs * 1e9) >= w.flops / (peaks.fma_gflops * 1e9) ? "memory" : "compute");
+              w.bytes / (peaks.read_gbs * 1e9) >= w.flops / (peaks.fma_gflops * 1e9) ? "memory"
+                                                                                     : "compute");
   std::printf("%-9s %10s %10s %10s %8s %9s %9s\n", "impl", "median_ms", "min_ms", "floor_ms",
               "effic.", "GB/s", "GFLOP/s");
   for (const Result& r : m.results) {
@@ -573,8 +627,10 @@ void PrintSingle(const Options& o, const MachinePeaks& peaks, const Measured& m)
 }
 
 void PrintTable3(const Options& o, const MachinePeaks& peaks, const std::vector<Measured>& all) {
-  std::printf("\nTable 3: latency (ms, median of %d; naive: of %d), batch %d; efficiency = floor / median\n",
-              o.iters, std::max(1, std::min(o.naive_iters, o.iters)), o.batch);
+  std::printf(
+      "\nTable 3: latency (ms, median of %d; naive: of %d), batch %d; efficiency = floor / "
+      "median\n",
+      o.iters, std::max(1, std::min(o.naive_iters, o.iters)), o.batch);
   std::printf("%6s %6s %10s %10s%s %10s %9s %9s %8s %9s\n", "np", "ns", "naive", "paged",
               o.paged_head_major ? "   paged_hm" : "", "tpp", "tpp/paged", "floor_ms", "tpp_eff",
               "paged_eff");
@@ -588,7 +644,8 @@ void PrintTable3(const Options& o, const MachinePeaks& peaks, const std::vector<
     char naive_s[32] = "-";
     if (naive != nullptr) std::snprintf(naive_s, sizeof(naive_s), "%.2f", naive->timing.median_ms);
     char hm_s[32] = "";
-    if (paged_hm != nullptr) std::snprintf(hm_s, sizeof(hm_s), " %10.2f", paged_hm->timing.median_ms);
+    if (paged_hm != nullptr)
+      std::snprintf(hm_s, sizeof(hm_s), " %10.2f", paged_hm->timing.median_ms);
     std::printf("%6lld %6lld %10s %10.2f%s %10.2f %8.2fx %9.2f %8.2f %9.2f\n",
                 static_cast<long long>(m.cfg.np), static_cast<long long>(m.cfg.ns), naive_s,
                 paged->timing.median_ms, hm_s, tpp->timing.median_ms,
@@ -598,8 +655,9 @@ void PrintTable3(const Options& o, const MachinePeaks& peaks, const std::vector<
 }
 
 void PrintFigure4(const Options& o, const MachinePeaks& peaks, const std::vector<Measured>& all) {
-  std::printf("\nFigure 4: batch sweep at np %lld, ns %lld (latency ms, tokens/s = batch / latency)\n",
-              static_cast<long long>(o.np), static_cast<long long>(o.ns));
+  std::printf(
+      "\nFigure 4: batch sweep at np %lld, ns %lld (latency ms, tokens/s = batch / latency)\n",
+      static_cast<long long>(o.np), static_cast<long long>(o.ns));
   std::printf("%6s %10s %10s %12s %12s %9s %8s\n", "batch", "paged_ms", "tpp_ms", "paged_tok/s",
               "tpp_tok/s", "tpp/paged", "tpp_eff");
   for (const Measured& m : all) {
@@ -607,15 +665,17 @@ void PrintFigure4(const Options& o, const MachinePeaks& peaks, const std::vector
     const Result* paged = Find(m.results, "paged");
     const Result* tpp = Find(m.results, "tpp");
     const double floor_ms = FloorMs(WorkOf(o, m.cfg), peaks);
-    std::printf("%6d %10.2f %10.2f %12.0f %12.0f %8.2fx %8.2f\n", m.cfg.batch, paged->timing.median_ms,
-                tpp->timing.median_ms, m.cfg.batch / (paged->timing.median_ms * 1e-3),
+    std::printf("%6d %10.2f %10.2f %12.0f %12.0f %8.2fx %8.2f\n", m.cfg.batch,
+                paged->timing.median_ms, tpp->timing.median_ms,
+                m.cfg.batch / (paged->timing.median_ms * 1e-3),
                 m.cfg.batch / (tpp->timing.median_ms * 1e-3),
                 paged->timing.median_ms / tpp->timing.median_ms, floor_ms / tpp->timing.median_ms);
   }
 }
 
 // Runs the configurations of the mode; false when one fails (the error is printed).
-bool RunAll(const Options& o, kc::ThreadPool& pool, MachinePeaks& peaks, std::vector<Measured>* all) {
+bool RunAll(const Options& o, kc::ThreadPool& pool, MachinePeaks& peaks,
+            std::vector<Measured>* all) {
   auto run = [&](const char* section, const Config& cfg, bool naive) {
     Measured m{section, cfg, {}};
     if (!o.json) {
@@ -671,7 +731,8 @@ int AttentionMain(int argc, char** argv) {
 
 }  // namespace
 
-CHUNKSERVE_REGISTER_BENCH(attention, "decode attention: naive vs paged vs tpp (paper Table 3, Figure 4)",
+CHUNKSERVE_REGISTER_BENCH(attention,
+                          "decode attention: naive vs paged vs tpp (paper Table 3, Figure 4)",
                           AttentionMain);
 
 }  // namespace chunkserve::bench

@@ -15,8 +15,8 @@ namespace chunkserve::bench {
 
 struct MachinePeaks {
   int32_t threads = 1;
-  double read_gbs = 0.0;    // GB/s (1e9 bytes): the best measured so far
-  double fma_gflops = 0.0;  // GFLOP/s, fp32: the best measured so far
+  double read_gbs = 0.0;      // GB/s (1e9 bytes): the best measured so far
+  double fma_gflops = 0.0;    // GFLOP/s, fp32: the best measured so far
   double read_gbs_low = 0.0;  // the worst bandwidth measured so far (shared machines vary)
   size_t buffer_bytes = 0;
 };

@@ -143,10 +143,14 @@ std::vector<Mutation> Mutations() {
       {"TppNullPool", tpp([](Fixture&, TppDecodeParams& p) { p.pool = nullptr; }), kInvalid},
       {"TppNullKeys", tpp([](Fixture&, TppDecodeParams& p) { p.kv.k = nullptr; }), kInvalid},
       {"TppZeroHeadDim", tpp([](Fixture&, TppDecodeParams& p) { p.kv.head_dim = 0; }), kInvalid},
-      {"TppNegativeHeadDim", tpp([](Fixture&, TppDecodeParams& p) { p.kv.head_dim = -64; }), kInvalid},
-      {"TppHeadDimTooLarge", tpp([](Fixture&, TppDecodeParams& p) { p.kv.head_dim = 512; }), kInvalid},
-      {"TppChunkSizeTooSmall", tpp([](Fixture&, TppDecodeParams& p) { p.kv.chunk_size = 8; }), kInvalid},
-      {"TppChunkSizeTooLarge", tpp([](Fixture&, TppDecodeParams& p) { p.kv.chunk_size = 512; }), kInvalid},
+      {"TppNegativeHeadDim", tpp([](Fixture&, TppDecodeParams& p) { p.kv.head_dim = -64; }),
+       kInvalid},
+      {"TppHeadDimTooLarge", tpp([](Fixture&, TppDecodeParams& p) { p.kv.head_dim = 512; }),
+       kInvalid},
+      {"TppChunkSizeTooSmall", tpp([](Fixture&, TppDecodeParams& p) { p.kv.chunk_size = 8; }),
+       kInvalid},
+      {"TppChunkSizeTooLarge", tpp([](Fixture&, TppDecodeParams& p) { p.kv.chunk_size = 512; }),
+       kInvalid},
       {"TppQueryHeadsNotMultipleOfKvHeads",
        tpp([](Fixture&, TppDecodeParams& p) { p.num_qo_heads = 3; }), kInvalid},
       {"TppUnknownDtype",
@@ -156,31 +160,36 @@ std::vector<Mutation> Mutations() {
          slots = f.layout.shared_slot;
          slots[1] = f.layout.num_slots;
          p.plan.shared_slot = slots.data();
-       }), kInvalid},
+       }),
+       kInvalid},
       {"TppSharedLenZero", tpp([](Fixture& f, TppDecodeParams& p) {
          static std::vector<int32_t> lens;
          lens = f.layout.shared_len;
          lens[0] = 0;
          p.plan.shared_len = lens.data();
-       }), kInvalid},
+       }),
+       kInvalid},
       {"TppSharedLenBeyondChunk", tpp([](Fixture& f, TppDecodeParams& p) {
          static std::vector<int32_t> lens;
          lens = f.layout.shared_len;
          lens[0] = 17;
          p.plan.shared_len = lens.data();
-       }), kInvalid},
+       }),
+       kInvalid},
       {"TppSharedByOneRow", tpp([](Fixture& f, TppDecodeParams& p) {
          static std::vector<int32_t> ends;
          ends = f.layout.shared_seq_end;
          ends[1] = 1;
          p.plan.shared_seq_end = ends.data();
-       }), kInvalid},
+       }),
+       kInvalid},
       {"TppSharedRangePastBatch", tpp([](Fixture& f, TppDecodeParams& p) {
          static std::vector<int32_t> ends;
          ends = f.layout.shared_seq_end;
          ends[0] = 4;
          p.plan.shared_seq_end = ends.data();
-       }), kInvalid},
+       }),
+       kInvalid},
       {"TppPartialRowsOverflow",
        tpp([](Fixture&, TppDecodeParams& p) { p.plan.num_partial_rows -= 1; }), kInvalid},
       {"TppSharedIdNotCoveringSequence", tpp([](Fixture& f, TppDecodeParams& p) {
@@ -192,100 +201,129 @@ std::vector<Mutation> Mutations() {
          indptr[3] += 1;
          p.plan.seq_shared_ids = ids.data();
          p.plan.seq_shared_indptr = indptr.data();
-       }), kInvalid},
+       }),
+       kInvalid},
       {"TppSharedIdOutOfRange", tpp([](Fixture& f, TppDecodeParams& p) {
          static std::vector<int32_t> ids;
          ids = f.layout.seq_shared_ids;
          ids[0] = 9;
          p.plan.seq_shared_ids = ids.data();
-       }), kInvalid},
+       }),
+       kInvalid},
       {"TppPrivateIndptrDecreasing", tpp([](Fixture& f, TppDecodeParams& p) {
          static std::vector<int32_t> indptr;
          indptr = f.layout.private_indptr;
          indptr[2] = indptr[1] - 1;
          p.plan.private_indptr = indptr.data();
-       }), kInvalid},
+       }),
+       kInvalid},
       {"TppPrivateLenZero", tpp([](Fixture& f, TppDecodeParams& p) {
          static std::vector<int32_t> lens;
          lens = f.layout.private_len;
          lens[0] = 0;
          p.plan.private_len = lens.data();
-       }), kInvalid},
+       }),
+       kInvalid},
       {"TppNullPrivateIndptr",
        tpp([](Fixture&, TppDecodeParams& p) { p.plan.private_indptr = nullptr; }), kInvalid},
-      {"TppWorkspaceTooSmall", tpp([](Fixture&, TppDecodeParams& p) { p.workspace_bytes -= 1; }), kExhausted},
-      {"TppNullWorkspace", tpp([](Fixture&, TppDecodeParams& p) { p.workspace = nullptr; }), kExhausted},
+      {"TppWorkspaceTooSmall", tpp([](Fixture&, TppDecodeParams& p) { p.workspace_bytes -= 1; }),
+       kExhausted},
+      {"TppNullWorkspace", tpp([](Fixture&, TppDecodeParams& p) { p.workspace = nullptr; }),
+       kExhausted},
       {"TppPoolScratchTooSmall", tpp([](Fixture&, TppDecodeParams& p) {
          static ThreadPool small(1, 1024);
          p.pool = &small;
-       }), kExhausted},
+       }),
+       kExhausted},
       {"PagedValidCallIsOk", [](Fixture& f) { return PagedDecode(f.paged); }, KernelStatus::kOk},
-      {"PagedNullIndptr", [](Fixture& f) {
+      {"PagedNullIndptr",
+       [](Fixture& f) {
          PagedDecodeParams p = f.paged;
          p.block_indptr = nullptr;
          return PagedDecode(p);
-       }, kInvalid},
-      {"PagedSlotOutOfRange", [](Fixture& f) {
+       },
+       kInvalid},
+      {"PagedSlotOutOfRange",
+       [](Fixture& f) {
          PagedDecodeParams p = f.paged;
          std::vector<int32_t> slots = f.layout.block_slot;
          slots.back() = -1;
          p.block_slot = slots.data();
          return PagedDecode(p);
-       }, kInvalid},
-      {"PagedNegativeBatch", [](Fixture& f) {
+       },
+       kInvalid},
+      {"PagedNegativeBatch",
+       [](Fixture& f) {
          PagedDecodeParams p = f.paged;
          p.num_seqs = -1;
          return PagedDecode(p);
-       }, kInvalid},
-      {"PrefillValidCallIsOk", [](Fixture& f) { return PrefillAttention(f.prefill); }, KernelStatus::kOk},
-      {"PrefillPositionPastPath", [](Fixture& f) {
+       },
+       kInvalid},
+      {"PrefillValidCallIsOk", [](Fixture& f) { return PrefillAttention(f.prefill); },
+       KernelStatus::kOk},
+      {"PrefillPositionPastPath",
+       [](Fixture& f) {
          PrefillAttentionParams p = f.prefill;
          std::vector<int32_t> pos = f.q_pos;
          pos.back() += 1;
          p.q_pos = pos.data();
          return PrefillAttention(p);
-       }, kInvalid},
-      {"PrefillNegativePosition", [](Fixture& f) {
+       },
+       kInvalid},
+      {"PrefillNegativePosition",
+       [](Fixture& f) {
          PrefillAttentionParams p = f.prefill;
          std::vector<int32_t> pos = f.q_pos;
          pos[0] = -1;
          p.q_pos = pos.data();
          return PrefillAttention(p);
-       }, kInvalid},
-      {"PrefillNullPositions", [](Fixture& f) {
+       },
+       kInvalid},
+      {"PrefillNullPositions",
+       [](Fixture& f) {
          PrefillAttentionParams p = f.prefill;
          p.q_pos = nullptr;
          return PrefillAttention(p);
-       }, kInvalid},
-      {"PrefillBadQueryIndptr", [](Fixture& f) {
+       },
+       kInvalid},
+      {"PrefillBadQueryIndptr",
+       [](Fixture& f) {
          PrefillAttentionParams p = f.prefill;
          const int32_t indptr[2] = {1, 3};
          p.q_indptr = indptr;
          return PrefillAttention(p);
-       }, kInvalid},
+       },
+       kInvalid},
       {"AppendValidCallIsOk", [](Fixture& f) { return KvAppend(f.append); }, KernelStatus::kOk},
-      {"AppendOffsetPastChunk", [](Fixture& f) {
+      {"AppendOffsetPastChunk",
+       [](Fixture& f) {
          KvAppendParams p = f.append;
          const int32_t offset[1] = {16};
          p.offset = offset;
          return KvAppend(p);
-       }, kInvalid},
-      {"AppendSlotOutOfRange", [](Fixture& f) {
+       },
+       kInvalid},
+      {"AppendSlotOutOfRange",
+       [](Fixture& f) {
          KvAppendParams p = f.append;
          const int32_t slot[1] = {f.layout.num_slots};
          p.slot = slot;
          return KvAppend(p);
-       }, kInvalid},
-      {"AppendNullValues", [](Fixture& f) {
+       },
+       kInvalid},
+      {"AppendNullValues",
+       [](Fixture& f) {
          KvAppendParams p = f.append;
          p.v = nullptr;
          return KvAppend(p);
-       }, kInvalid},
+       },
+       kInvalid},
       {"CopyToSameSlot", [](Fixture& f) { return KvCopy(f.arena.layer(), 1, 1, 4); }, kInvalid},
       {"CopyTooManyTokens", [](Fixture& f) { return KvCopy(f.arena.layer(), 1, 2, 17); }, kInvalid},
       {"CopySlotOutOfRange",
        [](Fixture& f) { return KvCopy(f.arena.layer(), 1, f.layout.num_slots, 4); }, kInvalid},
-      {"NaiveRangePastTokens", [](Fixture& f) {
+      {"NaiveRangePastTokens",
+       [](Fixture& f) {
          const std::vector<int64_t> begin = {0}, end = {5};
          NaiveAttentionParams p;
          p.q = f.q.data();
@@ -300,7 +338,8 @@ std::vector<Mutation> Mutations() {
          p.num_kv_heads = 1;
          p.head_dim = 64;
          return NaiveAttention(p);
-       }, kInvalid},
+       },
+       kInvalid},
   };
   return m;
 }
@@ -318,7 +357,9 @@ TEST_P(KernelErrorTest, ReturnsExpectedStatus) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, KernelErrorTest, ::testing::ValuesIn(Mutations()),
-                         [](const ::testing::TestParamInfo<Mutation>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<Mutation>& info) {
+                           return info.param.name;
+                         });
 
 }  // namespace
 }  // namespace chunkserve::kernels::cpu::testing

@@ -73,7 +73,8 @@ KvCacheView KvArena::view() const {
 }
 
 size_t KvArena::RowOffset(int32_t slot, int32_t kv_head, int32_t offset) const {
-  const size_t row = (static_cast<size_t>(slot) * shape_.num_kv_heads + kv_head) * shape_.chunk_size + offset;
+  const size_t row =
+      (static_cast<size_t>(slot) * shape_.num_kv_heads + kv_head) * shape_.chunk_size + offset;
   return row * shape_.head_dim * DTypeSize(shape_.dtype);
 }
 
@@ -210,7 +211,8 @@ void Grow(LayoutBuilder& b, int32_t begin, int32_t end, int depth, int32_t chunk
     if (std::find(cuts.begin(), cuts.end(), c) == cuts.end()) cuts.push_back(c);
   }
   std::sort(cuts.begin(), cuts.end());
-  for (size_t i = 0; i + 1 < cuts.size(); ++i) Grow(b, cuts[i], cuts[i + 1], depth + 1, chunk_size, tokens, rng);
+  for (size_t i = 0; i + 1 < cuts.size(); ++i)
+    Grow(b, cuts[i], cuts[i + 1], depth + 1, chunk_size, tokens, rng);
 }
 
 }  // namespace
@@ -276,8 +278,8 @@ ContiguousKv Gather(const KvArena& arena, const Layout& layout) {
   return Gather(arena, paths);
 }
 
-std::vector<float> NaiveDecode(const KvArena& arena, const Layout& layout, const std::vector<float>& q,
-                               float sm_scale) {
+std::vector<float> NaiveDecode(const KvArena& arena, const Layout& layout,
+                               const std::vector<float>& q, float sm_scale) {
   const Shape& shape = arena.shape();
   const ContiguousKv kv = Gather(arena, layout);
   std::vector<float> o(q.size(), -1.0f);
@@ -305,9 +307,10 @@ double WorstError(const std::vector<float>& got, const std::vector<float>& want,
   double worst = 0.0;
   size_t worst_at = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::isfinite(got[i]) && std::isfinite(want[i])
-                           ? std::abs(static_cast<double>(got[i]) - want[i]) / (atol + rtol * std::abs(want[i]))
-                           : std::numeric_limits<double>::infinity();
+    const double err =
+        std::isfinite(got[i]) && std::isfinite(want[i])
+            ? std::abs(static_cast<double>(got[i]) - want[i]) / (atol + rtol * std::abs(want[i]))
+            : std::numeric_limits<double>::infinity();
     if (err > worst || std::isinf(err)) {
       worst = err;
       worst_at = i;

@@ -67,7 +67,8 @@ struct Layout {
   std::vector<std::vector<int32_t>> paths;  // per sequence, indices into chunks
 
   // TppPlanView arrays.
-  std::vector<int32_t> shared_slot, shared_len, shared_seq_begin, shared_seq_end, shared_partial_offset;
+  std::vector<int32_t> shared_slot, shared_len, shared_seq_begin, shared_seq_end,
+      shared_partial_offset;
   int32_t num_partial_rows = 0;
   std::vector<int32_t> seq_shared_indptr, seq_shared_ids, private_indptr, private_slot, private_len;
   // Paged block lists: every sequence's whole path.
@@ -114,8 +115,8 @@ ContiguousKv Gather(const KvArena& arena, const std::vector<std::vector<Layout::
 ContiguousKv Gather(const KvArena& arena, const Layout& layout);
 
 // Naive reference output for a decode batch: [num_seqs, num_qo_heads, head_dim].
-std::vector<float> NaiveDecode(const KvArena& arena, const Layout& layout, const std::vector<float>& q,
-                               float sm_scale);
+std::vector<float> NaiveDecode(const KvArena& arena, const Layout& layout,
+                               const std::vector<float>& q, float sm_scale);
 
 // Largest |got - want| / (atol + rtol * |want|) over all elements (> 1 means out of tolerance);
 // NaN anywhere gives +inf. `where` receives the index of the worst element.

@@ -39,8 +39,8 @@ struct Case {
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  return DTypeName(c.dtype) + "_hd" + std::to_string(c.head_dim) + "_c" + std::to_string(c.chunk_size) +
-         "_gqa" + std::to_string(c.gqa) + "_" + CpuIsaName(c.isa);
+  return DTypeName(c.dtype) + "_hd" + std::to_string(c.head_dim) + "_c" +
+         std::to_string(c.chunk_size) + "_gqa" + std::to_string(c.gqa) + "_" + CpuIsaName(c.isa);
 }
 
 ThreadPool& Pool() {
@@ -67,7 +67,8 @@ class DecodeAttentionTest : public ::testing::TestWithParam<Case> {
   }
 
   // Runs TPP (and paged in both task orders) on `layout` and checks each against the reference.
-  void CheckLayout(const Layout& layout, int32_t num_kv_heads, Random& rng, int32_t num_threads = 0) {
+  void CheckLayout(const Layout& layout, int32_t num_kv_heads, Random& rng,
+                   int32_t num_threads = 0) {
     const Shape shape = MakeShape(num_kv_heads);
     KvArena arena(shape, layout.num_slots);
     FillLayout(layout, arena, rng);
@@ -78,7 +79,8 @@ class DecodeAttentionTest : public ::testing::TestWithParam<Case> {
 
     // TPP, with a workspace that is deliberately misaligned by 4 bytes.
     const TppPlanView plan = layout.Plan();
-    std::vector<unsigned char> workspace(TppDecodeWorkspaceBytes(plan, shape.num_qo_heads, shape.head_dim) + 4);
+    std::vector<unsigned char> workspace(
+        TppDecodeWorkspaceBytes(plan, shape.num_qo_heads, shape.head_dim) + 4);
     std::vector<float> got(n, 12345.0f);
     TppDecodeParams tp;
     tp.q = q.data();
@@ -140,7 +142,8 @@ TEST_P(DecodeAttentionTest, BatchOfOne) {
 TEST_P(DecodeAttentionTest, OneSequencePerChunk) {
   Random rng(TestSeed());
   LayoutBuilder b(9);
-  for (int32_t s = 0; s < 9; ++s) b.AddPrivate(s, static_cast<int32_t>(rng.Int(1, GetParam().chunk_size)));
+  for (int32_t s = 0; s < 9; ++s)
+    b.AddPrivate(s, static_cast<int32_t>(rng.Int(1, GetParam().chunk_size)));
   CheckLayout(b.Finish(rng), /*num_kv_heads=*/1, rng);
 }
 

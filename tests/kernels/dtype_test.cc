@@ -1,5 +1,7 @@
 // The portable fp16 / bf16 conversions: exhaustive round trips, rounding ties, specials, and
 // agreement with the F16C instructions where the CPU has them.
+#include "kernels/cpu/dtype.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/dtype.h"
 #include "tests/testing/random.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -35,17 +36,17 @@ TEST(HalfTest, EveryHalfRoundTrips) {
 
 TEST(HalfTest, RoundsToNearestEven) {
   EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
-  EXPECT_EQ(FloatToHalf(1.0f + 1.0f / 2048), 0x3c00);      // tie -> even (down)
-  EXPECT_EQ(FloatToHalf(1.0f + 3.0f / 2048), 0x3c02);      // tie -> even (up)
+  EXPECT_EQ(FloatToHalf(1.0f + 1.0f / 2048), 0x3c00);  // tie -> even (down)
+  EXPECT_EQ(FloatToHalf(1.0f + 3.0f / 2048), 0x3c02);  // tie -> even (up)
   EXPECT_EQ(FloatToHalf(1.0f + 1.0f / 2048 + 1e-7f), 0x3c01);
   EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
   EXPECT_EQ(FloatToHalf(65519.0f), 0x7bff);
   EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);  // tie between max and 2^16 -> inf
   EXPECT_EQ(FloatToHalf(-1e9f), 0xfc00);
-  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -24)), 0x0001);   // smallest subnormal
-  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -25)), 0x0000);   // tie -> even (zero)
-  EXPECT_EQ(FloatToHalf(std::ldexp(3.0f, -25)), 0x0002);   // 1.5 ulp: tie -> even (2)
-  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -14)), 0x0400);   // smallest normal
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -24)), 0x0001);     // smallest subnormal
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -25)), 0x0000);     // tie -> even (zero)
+  EXPECT_EQ(FloatToHalf(std::ldexp(3.0f, -25)), 0x0002);     // 1.5 ulp: tie -> even (2)
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -14)), 0x0400);     // smallest normal
   EXPECT_EQ(FloatToHalf(std::ldexp(1023.5f, -24)), 0x0400);  // rounds up into the normals
   EXPECT_EQ(FloatToHalf(-0.0f), 0x8000);
   EXPECT_EQ(FloatToHalf(std::numeric_limits<float>::infinity()), 0x7c00);

@@ -1,5 +1,7 @@
 // KvAppend and KvCopy: values land at (slot, offset) of every KV head rounded exactly as the
 // portable conversions round (bit for bit, on both ISA paths), and nothing else is written.
+#include "kernels/cpu/kv_append.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/dtype.h"
-#include "kernels/cpu/kv_append.h"
 #include "tests/kernels/attention_testing.h"
 #include "tests/testing/random.h"
 
@@ -47,11 +48,20 @@ class KvAppendTest : public ::testing::TestWithParam<Case> {
   // Values that exercise rounding: random, halfway cases of both 16-bit formats, subnormals,
   // overflow, infinities, NaN.
   std::vector<float> Interesting(size_t n, Random& rng) {
-    const float specials[] = {1.0f + 1.0f / 2048,  1.0f + 3.0f / 2048, 1.0f + 1.0f / 256,
-                              1.0f + 3.0f / 256,   65504.0f,           65520.0f,
-                              65519.0f,            5.96e-8f,           2.98e-8f,
-                              4.5e-8f,             -0.0f,              1e-30f,
-                              3.4e38f,             std::numeric_limits<float>::infinity(),
+    const float specials[] = {1.0f + 1.0f / 2048,
+                              1.0f + 3.0f / 2048,
+                              1.0f + 1.0f / 256,
+                              1.0f + 3.0f / 256,
+                              65504.0f,
+                              65520.0f,
+                              65519.0f,
+                              5.96e-8f,
+                              2.98e-8f,
+                              4.5e-8f,
+                              -0.0f,
+                              1e-30f,
+                              3.4e38f,
+                              std::numeric_limits<float>::infinity(),
                               -std::numeric_limits<float>::infinity(),
                               std::numeric_limits<float>::quiet_NaN()};
     std::vector<float> v = rng.Floats(n, -4.0f, 4.0f);
@@ -112,8 +122,10 @@ TEST_P(KvAppendTest, CopyMovesPrefixOfEveryHead) {
   const size_t row_bytes = shape_.head_dim * DTypeSize(shape_.dtype);
   for (int32_t h = 0; h < shape_.num_kv_heads; ++h) {
     for (int32_t t = 0; t < 5; ++t) {
-      EXPECT_EQ(std::memcmp(arena.RowK(2, h, t), arena.RowK(0, h, t), row_bytes), 0) << h << " " << t;
-      EXPECT_EQ(std::memcmp(arena.RowV(2, h, t), arena.RowV(0, h, t), row_bytes), 0) << h << " " << t;
+      EXPECT_EQ(std::memcmp(arena.RowK(2, h, t), arena.RowK(0, h, t), row_bytes), 0)
+          << h << " " << t;
+      EXPECT_EQ(std::memcmp(arena.RowV(2, h, t), arena.RowV(0, h, t), row_bytes), 0)
+          << h << " " << t;
     }
     float after = 0.0f;
     ConvertToFloat(shape_.dtype, arena.RowK(2, h, 5), &after, 1);
@@ -121,16 +133,14 @@ TEST_P(KvAppendTest, CopyMovesPrefixOfEveryHead) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, KvAppendTest,
-                         ::testing::Values(Case{DType::kF32, 128, CpuIsa::kAvx2},
-                                           Case{DType::kF16, 128, CpuIsa::kAvx2},
-                                           Case{DType::kBF16, 64, CpuIsa::kAvx2},
-                                           Case{DType::kF16, 20, CpuIsa::kAvx2},
-                                           Case{DType::kBF16, 36, CpuIsa::kAvx2},
-                                           Case{DType::kF32, 20, CpuIsa::kScalar},
-                                           Case{DType::kF16, 64, CpuIsa::kScalar},
-                                           Case{DType::kBF16, 128, CpuIsa::kScalar}),
-                         CaseName);
+INSTANTIATE_TEST_SUITE_P(
+    Kernels, KvAppendTest,
+    ::testing::Values(Case{DType::kF32, 128, CpuIsa::kAvx2}, Case{DType::kF16, 128, CpuIsa::kAvx2},
+                      Case{DType::kBF16, 64, CpuIsa::kAvx2}, Case{DType::kF16, 20, CpuIsa::kAvx2},
+                      Case{DType::kBF16, 36, CpuIsa::kAvx2}, Case{DType::kF32, 20, CpuIsa::kScalar},
+                      Case{DType::kF16, 64, CpuIsa::kScalar},
+                      Case{DType::kBF16, 128, CpuIsa::kScalar}),
+    CaseName);
 
 }  // namespace
 }  // namespace chunkserve::kernels::cpu::testing

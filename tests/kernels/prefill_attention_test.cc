@@ -38,8 +38,8 @@ struct Case {
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  return DTypeName(c.dtype) + "_hd" + std::to_string(c.head_dim) + "_c" + std::to_string(c.chunk_size) +
-         "_gqa" + std::to_string(c.gqa) + "_" + CpuIsaName(c.isa);
+  return DTypeName(c.dtype) + "_hd" + std::to_string(c.head_dim) + "_c" +
+         std::to_string(c.chunk_size) + "_gqa" + std::to_string(c.gqa) + "_" + CpuIsaName(c.isa);
 }
 
 ThreadPool& Pool() {
@@ -176,8 +176,8 @@ class PrefillAttentionTest : public ::testing::TestWithParam<Case> {
     ASSERT_EQ(PrefillAttention(pp), KernelStatus::kOk);
     size_t at = 0;
     const double worst = WorstError(got, want, kAtol, kRtol, &at);
-    EXPECT_LE(worst, 1.0) << "element " << at << " (query " << at / (shape.num_qo_heads * d) << ") got "
-                          << got[at] << " want " << want[at];
+    EXPECT_LE(worst, 1.0) << "element " << at << " (query " << at / (shape.num_qo_heads * d)
+                          << ") got " << got[at] << " want " << want[at];
   }
 };
 

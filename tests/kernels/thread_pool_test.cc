@@ -37,7 +37,8 @@ TEST_P(ParallelForTest, EveryTaskRunsExactlyOnceOnAnAllowedThread) {
   };
   pool.ParallelFor(c.num_tasks, c.grain, c.max_threads, body);
   EXPECT_EQ(bad_index.load(), 0);
-  for (int64_t i = 0; i < c.num_tasks; ++i) ASSERT_EQ(runs[static_cast<size_t>(i)].load(), 1) << "task " << i;
+  for (int64_t i = 0; i < c.num_tasks; ++i)
+    ASSERT_EQ(runs[static_cast<size_t>(i)].load(), 1) << "task " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, ParallelForTest,
@@ -104,7 +105,8 @@ TEST(ThreadPoolTest, ScratchIsPerThreadAndAligned) {
 
 TEST(ThreadPoolTest, DefaultThreadCountIsHardwareConcurrency) {
   ThreadPool pool;
-  EXPECT_EQ(pool.num_threads(), static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency())));
+  EXPECT_EQ(pool.num_threads(),
+            static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency())));
 }
 
 TEST(CpuIsaTest, ParsesNames) {
