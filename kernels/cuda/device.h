@@ -21,6 +21,16 @@ cudaError_t DeviceCount(int* count);
 // left there, which is how benchmarks report cold-cache numbers. `bytes` must be a multiple of 4.
 cudaError_t FillWords(void* scratch, size_t bytes, unsigned pattern, cudaStream_t stream);
 
+// Copies `bytes` bytes (a multiple of 16; both pointers 16-byte aligned, not overlapping) with a
+// grid-stride kernel of 16-byte loads and stores: what benchmarks time to measure the device's
+// achievable bandwidth (bytes read + bytes written, divided by the time).
+cudaError_t CopyBytes(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+
+// Fills n 16-bit values (fp16 if !bf16, else bf16) with pseudo-random values uniform in [-1, 1)
+// derived from (seed, index): benchmark data that is neither zeros nor a constant.
+cudaError_t FillRandom16(void* data, size_t n, bool bf16, unsigned long long seed,
+                         cudaStream_t stream);
+
 }  // namespace chunkserve::kernels::cuda
 
 #endif  // CHUNKSERVE_KERNELS_CUDA_DEVICE_H_

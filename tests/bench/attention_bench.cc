@@ -11,6 +11,9 @@
 // (QK^T and PV, 2 per multiply-add); floor = max(bytes / measured read bandwidth, flops / measured
 // FMA peak). efficiency = floor / median. Caches are flushed between timed iterations unless
 // --warm (cold is what a real decode step sees: the previous layer evicted this one's KV).
+//
+// --device cuda runs the same workload, flags and JSON fields on the CUDA kernels instead
+// (attention_cuda.cc; built with CUDA only).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -35,6 +38,9 @@
 #include "kernels/cpu/thread_pool.h"
 #include "tests/bench/bench.h"
 #include "tests/bench/machine_peaks.h"
+#if CHUNKSERVE_BENCH_CUDA
+#include "tests/bench/attention_cuda.h"
+#endif
 
 namespace chunkserve::bench {
 namespace {
@@ -64,6 +70,8 @@ struct Options {
   bool paged_head_major = false;
   kc::CpuIsa isa = kc::CpuIsa::kAuto;
   std::vector<int32_t> sweep_batches = {1, 2, 4, 8, 16, 32, 64};
+  bool cuda = false;            // --device cuda: the CUDA kernels (attention_cuda.cc)
+  bool kv_dtype_given = false;  // the CUDA run defaults to f16 (it has no fp32 KV)
 };
 
 void Usage() {
@@ -84,6 +92,8 @@ void Usage() {
          "  --no-naive       skip the naive reference\n"
          "  --warm           do not flush caches between iterations\n"
          "  --paged-head-major  also time the paged kernel with head-major task order\n"
+         "  --device D       cpu | cuda (cpu); cuda: KV f16 (default) or bf16, no naive line,\n"
+         "                   exits 77 with \"no CUDA device\" on a machine without one\n"
          "  --grid           the paper's Table 3 grid (np 1024/2048/4096 x ns 0, np/2, 3np/4, np)\n"
          "                   and the Figure 4 batch sweep (at --np/--ns; --sweep 1,2,4,...)\n";
 }
@@ -155,6 +165,12 @@ int ParseFlags(int argc, char** argv, Options* o) {
       const char* v = value("--kv-dtype");
       ok = v != nullptr && ParseDType(v, &o->kv_dtype);
       if (v != nullptr && !ok) std::cerr << "attention: --kv-dtype is f32, f16 or bf16\n";
+      o->kv_dtype_given = ok;
+    } else if (a == "--device") {
+      const char* v = value("--device");
+      ok = v != nullptr && (std::strcmp(v, "cpu") == 0 || std::strcmp(v, "cuda") == 0);
+      if (ok) o->cuda = std::strcmp(v, "cuda") == 0;
+      if (v != nullptr && !ok) std::cerr << "attention: --device is cpu or cuda\n";
     } else if (a == "--isa") {
       const char* v = value("--isa");
       bool parsed = false;
@@ -702,6 +718,28 @@ int AttentionMain(int argc, char** argv) {
   Options o;
   const int parsed = ParseFlags(argc, argv, &o);
   if (parsed != 0) return parsed == 1 ? 0 : 2;
+  if (o.cuda) {
+#if CHUNKSERVE_BENCH_CUDA
+    CudaAttentionOptions co;
+    co.np = o.np;
+    co.ns = o.ns;
+    co.batch = o.batch;
+    co.heads = o.heads;
+    co.kv_heads = o.kv_heads;
+    co.head_dim = o.head_dim;
+    co.chunk = o.chunk;
+    co.kv_dtype = o.kv_dtype_given ? o.kv_dtype : DType::kF16;
+    co.iters = o.iters;
+    co.json = o.json;
+    co.warm = o.warm;
+    co.grid = o.grid;
+    co.sweep_batches = o.sweep_batches;
+    return RunCudaAttentionBench(co);
+#else
+    std::cerr << "attention: no CUDA device: this build has no CUDA backend (--device cuda)\n";
+    return 77;
+#endif
+  }
   kc::KernelStatus isa_status;
   kc::ResolveCpuIsa(o.isa, &isa_status);
   if (isa_status != kc::KernelStatus::kOk) {
