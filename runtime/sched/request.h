@@ -48,6 +48,9 @@ struct FinishInfo {
   int32_t prompt_tokens = 0;      // tokens in the prompt
   int32_t cached_tokens = 0;      // prompt tokens whose KV came from the prefix cache
   int32_t generated_tokens = 0;   // tokens streamed to the client
+  // Seconds from submission to the request's first admission into the running batch (its queue
+  // time; preemption does not add to it); negative when it was never admitted.
+  double queue_seconds = -1;
 };
 
 }  // namespace chunkserve::sched

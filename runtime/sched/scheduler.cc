@@ -46,6 +46,7 @@ void Scheduler::Finish(Live* r, FinishReason reason, const Status& error) {
   info.prompt_tokens = r->num_prompt;
   info.cached_tokens = std::max(r->cached_tokens, 0);
   info.generated_tokens = r->generated;
+  info.queue_seconds = r->queue_seconds;
   pending_finish_.emplace_back(r->req.stream, info);
   ++counters_.finished;
   if (on_finish_) on_finish_(r->req.id);
@@ -132,6 +133,7 @@ void Scheduler::Admit() {
     if (ins->copy) pending_copies_.push_back(*ins->copy);
     if (r->cached_tokens < 0) {
       r->cached_tokens = std::min(r->computed, r->num_prompt);
+      r->queue_seconds = std::chrono::duration<double>(Clock::now() - r->req.arrival).count();
       counters_.prefix_hit_tokens += r->cached_tokens;
       counters_.prompt_tokens += r->num_prompt;
       ++counters_.admitted;

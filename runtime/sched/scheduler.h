@@ -114,6 +114,7 @@ class Scheduler {
     SeqId seq;                    // valid while running
     int32_t computed = 0;         // leading tokens whose K/V are in the tree (== the path length)
     int32_t cached_tokens = -1;   // prompt tokens found cached at first admission
+    double queue_seconds = -1;    // submission -> first admission; negative until admitted
     bool running = false;
     bool finished = false;
     int32_t append_index = -1;    // this step's entry in the Append batch

@@ -324,6 +324,51 @@ TEST_F(EngineTest, SecondRequestWithTheSamePromptHitsTheCache) {
   EXPECT_EQ(a.tokens, b.tokens);
 }
 
+TEST_F(EngineTest, QueueTimeCountsTheWaitForABatchSlot) {
+  // One sequence per step: the second request waits for the first to finish, so its queue time
+  // covers at least the first one's run, while the first was admitted at once.
+  EngineOptions o = Options();
+  o.max_batch_size = 1;
+  auto engine = Engine::Create(o);
+  ASSERT_OK(engine.status());
+  RequestOptions r;
+  r.prompt = testing::Random(6).Tokens(40, 256);
+  r.max_new_tokens = 32;
+  ASSERT_OK_AND_ASSIGN(auto first, (*engine)->Submit(r));
+  ASSERT_OK_AND_ASSIGN(auto second, (*engine)->Submit(r));
+  const auto submitted = std::chrono::steady_clock::now();
+  const Outcome a = Drain(*first);
+  const auto first_done = std::chrono::steady_clock::now();
+  const Outcome b = Drain(*second);
+  ASSERT_EQ(a.finish.reason, FinishReason::kLength);
+  ASSERT_EQ(b.finish.reason, FinishReason::kLength);
+  EXPECT_GE(a.finish.queue_seconds, 0.0);
+  EXPECT_GT(b.finish.queue_seconds, a.finish.queue_seconds);
+  // The second was admitted after the first ended, before the first's terminal event was read.
+  EXPECT_LE(b.finish.queue_seconds,
+            std::chrono::duration<double>(first_done - submitted).count() + 1.0);
+}
+
+TEST_F(EngineTest, RequestsThatNeverRanHaveNoQueueTime) {
+  // The second request is cancelled while it waits behind a long first one.
+  EngineOptions o = Options();
+  o.max_batch_size = 1;
+  auto engine = Engine::Create(o);
+  ASSERT_OK(engine.status());
+  RequestOptions r;
+  r.prompt = testing::Random(8).Tokens(40, 256);
+  r.max_new_tokens = 400;
+  ASSERT_OK_AND_ASSIGN(auto first, (*engine)->Submit(r));
+  ASSERT_OK_AND_ASSIGN(auto second, (*engine)->Submit(r));
+  second->RequestCancel();
+  const Outcome b = Drain(*second);
+  const Outcome a = Drain(*first);
+  ASSERT_EQ(b.finish.reason, FinishReason::kCancelled);
+  EXPECT_TRUE(b.tokens.empty());
+  EXPECT_LT(b.finish.queue_seconds, 0.0);
+  EXPECT_GE(a.finish.queue_seconds, 0.0);
+}
+
 TEST_F(EngineTest, AbortEndsEveryRequestAsUnavailable) {
   auto engine = Engine::Create(Options());
   ASSERT_OK(engine.status());
