@@ -13,6 +13,7 @@
 #include "kernels/cpu/dtype.h"
 #include "kernels/cpu/kv_append.h"
 #include "kernels/cpu/model_ops.h"
+#include "runtime/model/tensor_parallel.h"
 
 namespace chunkserve::backend {
 namespace {
@@ -57,6 +58,29 @@ void Linear(kc::ThreadPool* pool, const float* x, const std::vector<float>& w,
   pool->ParallelFor(parts, 1, 0, run);
 }
 
+// Rows [row_begin, row_begin + rows) of a row-major [*, cols] tensor, widened to fp32. Only the
+// slice is read, so a tensor-parallel rank touches only its share of a row-split weight.
+std::vector<float> WidenRows(const void* src, model::DType dtype, size_t cols, size_t row_begin,
+                             size_t rows) {
+  if (src == nullptr) return {};
+  const auto* base = static_cast<const unsigned char*>(src) +
+                     row_begin * cols * kernels::DTypeSize(dtype);
+  return Widen(base, dtype, rows * cols);
+}
+
+// Columns [col_begin, col_begin + cols) of every row of a row-major [rows, total_cols] tensor.
+std::vector<float> WidenCols(const void* src, model::DType dtype, size_t rows, size_t total_cols,
+                             size_t col_begin, size_t cols) {
+  std::vector<float> out(rows * cols);
+  const size_t es = kernels::DTypeSize(dtype);
+  const auto* base = static_cast<const unsigned char*>(src);
+  for (size_t r = 0; r < rows; ++r) {
+    kc::ConvertToFloat(dtype, base + (r * total_cols + col_begin) * es, out.data() + r * cols,
+                       cols);
+  }
+  return out;
+}
+
 template <typename T>
 void Grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
@@ -84,14 +108,22 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::Create(const model::LoadedModel&
     return Status::Unimplemented("head_dim " + std::to_string(c.head_dim) + " exceeds " +
                                  std::to_string(kc::kMaxHeadDim));
   }
+  if (options.tp_size > 1 && !options.all_reduce) {
+    return Status::InvalidArgument("tensor parallelism needs an all_reduce function");
+  }
+  CHUNKSERVE_ASSIGN_OR_RETURN(const model::TensorParallelShard shard,
+                              model::ShardForRank(c, options.tp_rank, options.tp_size));
   std::unique_ptr<CpuBackend> b(new CpuBackend(c, options));
+  b->local_qo_heads_ = static_cast<int32_t>(shard.qo_heads.count);
+  b->local_kv_heads_ = static_cast<int32_t>(shard.kv_heads.count);
+  b->local_intermediate_ = static_cast<int32_t>(shard.intermediate.count);
   b->shape_ = KvArenaShape{.num_layers = c.num_layers,
                            .num_slots = options.num_slots,
-                           .num_kv_heads = c.num_kv_heads,
+                           .num_kv_heads = b->local_kv_heads_,
                            .chunk_size = options.chunk_size,
                            .head_dim = c.head_dim,
                            .dtype = options.kv_dtype};
-  b->layer_arena_bytes_ = static_cast<size_t>(options.num_slots) * c.num_kv_heads *
+  b->layer_arena_bytes_ = static_cast<size_t>(options.num_slots) * b->local_kv_heads_ *
                           options.chunk_size * c.head_dim * kernels::DTypeSize(options.kv_dtype);
   const size_t arena = b->layer_arena_bytes_ * c.num_layers;
   const size_t rounded = (arena + 63) / 64 * 64;
@@ -109,27 +141,33 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::Create(const model::LoadedModel&
   openblas_set_num_threads(1);
 
   const model::LlamaWeights& w = model.weights();
-  const size_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), inter = c.intermediate_size;
+  const size_t h = c.hidden_size, q = c.q_dim(), inter = c.intermediate_size;
+  const size_t q0 = shard.q_rows.begin, nq = shard.q_rows.count;
+  const size_t kv0 = shard.kv_rows.begin, nkv = shard.kv_rows.count;
+  const size_t i0 = shard.intermediate.begin, ni = shard.intermediate.count;
   b->embed_ = Widen(w.embed_tokens, w.dtype, c.vocab_size * h);
   b->final_norm_ = Widen(w.final_norm, w.dtype, h);
-  if (w.lm_head != w.embed_tokens) b->lm_head_ = Widen(w.lm_head, w.dtype, c.vocab_size * h);
+  // Only rank 0 samples, so only rank 0 needs an untied LM head.
+  if (w.lm_head != w.embed_tokens && options.tp_rank == 0) {
+    b->lm_head_ = Widen(w.lm_head, w.dtype, c.vocab_size * h);
+  }
   b->layers_.resize(c.num_layers);
   for (int32_t i = 0; i < c.num_layers; ++i) {
     const model::LlamaLayerWeights& lw = w.layers[i];
     Layer& l = b->layers_[i];
     l.input_norm = Widen(lw.input_norm, w.dtype, h);
-    l.q_proj = Widen(lw.q_proj, w.dtype, q * h);
-    l.k_proj = Widen(lw.k_proj, w.dtype, kv * h);
-    l.v_proj = Widen(lw.v_proj, w.dtype, kv * h);
-    l.o_proj = Widen(lw.o_proj, w.dtype, h * q);
-    if (lw.q_bias) l.q_bias = Widen(lw.q_bias, w.dtype, q);
-    if (lw.k_bias) l.k_bias = Widen(lw.k_bias, w.dtype, kv);
-    if (lw.v_bias) l.v_bias = Widen(lw.v_bias, w.dtype, kv);
+    l.q_proj = WidenRows(lw.q_proj, w.dtype, h, q0, nq);
+    l.k_proj = WidenRows(lw.k_proj, w.dtype, h, kv0, nkv);
+    l.v_proj = WidenRows(lw.v_proj, w.dtype, h, kv0, nkv);
+    l.o_proj = WidenCols(lw.o_proj, w.dtype, h, q, q0, nq);
+    l.q_bias = WidenRows(lw.q_bias, w.dtype, 1, q0, nq);
+    l.k_bias = WidenRows(lw.k_bias, w.dtype, 1, kv0, nkv);
+    l.v_bias = WidenRows(lw.v_bias, w.dtype, 1, kv0, nkv);
     if (lw.o_bias) l.o_bias = Widen(lw.o_bias, w.dtype, h);
     l.post_norm = Widen(lw.post_attention_norm, w.dtype, h);
-    l.gate_proj = Widen(lw.gate_proj, w.dtype, inter * h);
-    l.up_proj = Widen(lw.up_proj, w.dtype, inter * h);
-    l.down_proj = Widen(lw.down_proj, w.dtype, h * inter);
+    l.gate_proj = WidenRows(lw.gate_proj, w.dtype, h, i0, ni);
+    l.up_proj = WidenRows(lw.up_proj, w.dtype, h, i0, ni);
+    l.down_proj = WidenCols(lw.down_proj, w.dtype, h, inter, i0, ni);
   }
   b->inv_freq_ = model::RopeInverseFrequencies(c);
   return b;
@@ -215,7 +253,7 @@ Status CpuBackend::Forward(const StepBatch& b, std::span<float> logits) {
     chunk_indptr_.push_back(static_cast<int32_t>(chunk_slot_.size()));
   }
   if (b.num_decode > 0) {
-    const size_t ws = kc::TppDecodeWorkspaceBytes(b.decode_plan, config_.num_qo_heads,
+    const size_t ws = kc::TppDecodeWorkspaceBytes(b.decode_plan, local_qo_heads_,
                                                   config_.head_dim);
     Grow(workspace_, ws);
   }
@@ -226,6 +264,9 @@ Status CpuBackend::Forward(const StepBatch& b, std::span<float> logits) {
   // Final norm and LM head, only for the rows the engine samples from.
   const int32_t R = static_cast<int32_t>(b.logit_rows.size());
   if (R == 0) return Status::Ok();  // a chunked-prefill step that completes no prompt
+  if (options_.tp_rank != 0) {
+    return Status::FailedPrecondition("only tensor-parallel rank 0 computes logits");
+  }
   Grow(row_, R * H);
   for (int32_t r = 0; r < R; ++r) {
     std::memcpy(&row_[r * H], &x_[static_cast<size_t>(b.logit_rows[r]) * H], H * sizeof(float));
@@ -242,8 +283,8 @@ Status CpuBackend::Forward(const StepBatch& b, std::span<float> logits) {
 
 Status CpuBackend::RunLayer(int32_t li, const StepBatch& b, int32_t T) {
   const Layer& w = layers_[li];
-  const int32_t H = config_.hidden_size, Q = config_.q_dim(), KV = config_.kv_dim();
-  const int32_t I = config_.intermediate_size, hd = config_.head_dim;
+  const int32_t hd = config_.head_dim, H = config_.hidden_size;
+  const int32_t Q = local_qo_heads_ * hd, KV = local_kv_heads_ * hd, I = local_intermediate_;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   Grow(h_, static_cast<size_t>(T) * H);
   Grow(q_, static_cast<size_t>(T) * Q);
@@ -257,10 +298,10 @@ Status CpuBackend::RunLayer(int32_t li, const StepBatch& b, int32_t T) {
   Linear(pool_.get(), h_.data(), w.k_proj, w.k_bias, k_.data(), T, H, KV, false);
   Linear(pool_.get(), h_.data(), w.v_proj, w.v_bias, v_.data(), T, H, KV, false);
   CHUNKSERVE_RETURN_IF_ERROR(FromKernel(
-      kc::ApplyRope(q_.data(), b.positions.data(), T, config_.num_qo_heads, hd, inv_freq_.data()),
+      kc::ApplyRope(q_.data(), b.positions.data(), T, local_qo_heads_, hd, inv_freq_.data()),
       "ApplyRope"));
   CHUNKSERVE_RETURN_IF_ERROR(FromKernel(
-      kc::ApplyRope(k_.data(), b.positions.data(), T, config_.num_kv_heads, hd, inv_freq_.data()),
+      kc::ApplyRope(k_.data(), b.positions.data(), T, local_kv_heads_, hd, inv_freq_.data()),
       "ApplyRope"));
 
   const kc::KvArenaLayer layer{LayerK(li), LayerV(li), shape_.dtype, shape_.num_slots,
@@ -281,7 +322,7 @@ Status CpuBackend::RunLayer(int32_t li, const StepBatch& b, int32_t T) {
     p.o = attn_.data();
     p.kv = layer.View();
     p.plan = b.decode_plan;
-    p.num_qo_heads = config_.num_qo_heads;
+    p.num_qo_heads = local_qo_heads_;
     p.sm_scale = sm_scale;
     p.workspace = workspace_.data();
     p.workspace_bytes = workspace_.size();
@@ -295,7 +336,7 @@ Status CpuBackend::RunLayer(int32_t li, const StepBatch& b, int32_t T) {
     p.o = attn_.data() + first;
     p.kv = layer.View();
     p.num_seqs = static_cast<int32_t>(b.prefill.size());
-    p.num_qo_heads = config_.num_qo_heads;
+    p.num_qo_heads = local_qo_heads_;
     p.q_indptr = q_indptr_.data();
     p.q_pos = q_pos_.data();
     p.chunk_indptr = chunk_indptr_.data();
@@ -306,7 +347,7 @@ Status CpuBackend::RunLayer(int32_t li, const StepBatch& b, int32_t T) {
     CHUNKSERVE_RETURN_IF_ERROR(FromKernel(kc::PrefillAttention(p), "PrefillAttention"));
   }
   // x += attn * Wo^T (+ bo)
-  Linear(pool_.get(), attn_.data(), w.o_proj, w.o_bias, x_.data(), T, Q, H, true);
+  CHUNKSERVE_RETURN_IF_ERROR(ProjectAndAdd(attn_.data(), w.o_proj, w.o_bias, T, Q));
 
   Grow(gate_, static_cast<size_t>(T) * I);
   Grow(up_, static_cast<size_t>(T) * I);
@@ -316,7 +357,29 @@ Status CpuBackend::RunLayer(int32_t li, const StepBatch& b, int32_t T) {
   Linear(pool_.get(), h_.data(), w.up_proj, {}, up_.data(), T, H, I, false);
   CHUNKSERVE_RETURN_IF_ERROR(FromKernel(
       kc::SiluMul(gate_.data(), up_.data(), gate_.data(), static_cast<int64_t>(T) * I), "SiluMul"));
-  Linear(pool_.get(), gate_.data(), w.down_proj, {}, x_.data(), T, I, H, true);
+  return ProjectAndAdd(gate_.data(), w.down_proj, {}, T, I);
+}
+
+Status CpuBackend::ProjectAndAdd(const float* in, const std::vector<float>& w,
+                                 const std::vector<float>& bias, int32_t T, int32_t in_dim) {
+  const int32_t H = config_.hidden_size;
+  if (options_.tp_size == 1) {
+    Linear(pool_.get(), in, w, bias, x_.data(), T, in_dim, H, true);
+    return Status::Ok();
+  }
+  // Each rank holds a partial sum over its heads or MLP columns: reduce it first, then add the
+  // bias once, so every rank ends the layer with bit-identical hidden states (the all-reduce
+  // hands every rank the same sums).
+  const size_t n = static_cast<size_t>(T) * H;
+  Grow(reduce_, n);
+  Linear(pool_.get(), in, w, {}, reduce_.data(), T, in_dim, H, false);
+  CHUNKSERVE_RETURN_IF_ERROR(options_.all_reduce(std::span<float>(reduce_.data(), n)));
+  for (size_t i = 0; i < n; ++i) x_[i] += reduce_[i];
+  if (!bias.empty()) {
+    for (int32_t t = 0; t < T; ++t) {
+      for (int32_t j = 0; j < H; ++j) x_[static_cast<size_t>(t) * H + j] += bias[j];
+    }
+  }
   return Status::Ok();
 }
 

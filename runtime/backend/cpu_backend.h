@@ -6,12 +6,22 @@
 // allocation per K and V: [num_layers][num_slots][num_kv_heads][chunk_size][head_dim] in the
 // configured dtype. Activation buffers grow to the largest step seen and are reused.
 //
+// Tensor parallelism (runtime/parallel, DESIGN.md section 6): with tp_size > 1 this backend is
+// rank tp_rank of a group and holds only its slice (model/tensor_parallel.h): its query and KV
+// heads (q/k/v rows, o columns), its MLP columns (gate/up rows, down columns), and the KV arena
+// of its KV heads only. The partial outputs of the o and down projections are summed across the
+// group with `all_reduce` before the residual add, so every rank holds the same hidden states.
+// Embeddings and norms are replicated; the LM head is loaded and run on rank 0 only (followers
+// are given no logit rows).
+//
 // Thread safety: none (Backend's contract).
 #ifndef CHUNKSERVE_RUNTIME_BACKEND_CPU_BACKEND_H_
 #define CHUNKSERVE_RUNTIME_BACKEND_CPU_BACKEND_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "kernels/cpu/thread_pool.h"
@@ -25,6 +35,13 @@ struct CpuBackendOptions {
   int32_t num_slots = 0;    // KV slots (>= 1)
   int32_t chunk_size = 64;  // 16..256
   kernels::DType kv_dtype = kernels::DType::kF32;
+
+  // Tensor parallelism; tp_size 1 is the whole model. all_reduce must sum a [tokens, hidden]
+  // fp32 buffer in place across the group (same call order on every rank); required when
+  // tp_size > 1. Its error ends the step with that status.
+  int32_t tp_rank = 0;
+  int32_t tp_size = 1;
+  std::function<Status(std::span<float>)> all_reduce = nullptr;
 };
 
 class CpuBackend final : public Backend {
@@ -49,6 +66,9 @@ class CpuBackend final : public Backend {
   CpuBackend(const model::ModelConfig& config, const CpuBackendOptions& options);
   Status ValidateBatch(const StepBatch& batch, size_t logits_size) const;
   Status RunLayer(int32_t layer, const StepBatch& batch, int32_t num_tokens);
+  // x += in * w^T (+ bias), through the group's all-reduce when tensor-parallel.
+  Status ProjectAndAdd(const float* in, const std::vector<float>& w,
+                       const std::vector<float>& bias, int32_t num_tokens, int32_t in_dim);
   void* LayerK(int32_t layer) const;
   void* LayerV(int32_t layer) const;
 
@@ -66,7 +86,10 @@ class CpuBackend final : public Backend {
   size_t layer_arena_bytes_ = 0;  // bytes of one layer's K (or V)
 
   // Per-step buffers, grown on demand.
-  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, row_;
+  // This rank's shares (the whole model when tp_size == 1).
+  int32_t local_qo_heads_ = 0, local_kv_heads_ = 0, local_intermediate_ = 0;
+
+  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, row_, reduce_;
   std::vector<unsigned char> workspace_;
   std::vector<int32_t> q_indptr_, q_pos_, chunk_indptr_, chunk_slot_, chunk_len_;
 };

@@ -122,14 +122,19 @@ class EngineImpl final : public Engine {
     }
     if (slots > (1u << 24)) return Status::InvalidArgument("kv_cache_bytes is too large");
     num_slots_ = static_cast<int32_t>(slots);
-    if (options_.backend != BackendKind::kCpu) {
-      return Status::Unimplemented("only the CPU backend is available in this build");
+    const backend::CpuBackendOptions backend_options{.num_threads = options_.num_threads,
+                                                     .num_slots = num_slots_,
+                                                     .chunk_size = options_.chunk_size,
+                                                     .kv_dtype = options_.kv_dtype};
+    if (options_.backend_factory) {
+      CHUNKSERVE_ASSIGN_OR_RETURN(backend_, options_.backend_factory(model_, backend_options));
+      if (backend_ == nullptr) return Status::Internal("the backend factory returned no backend");
+    } else {
+      if (options_.backend != BackendKind::kCpu) {
+        return Status::Unimplemented("only the CPU backend is available in this build");
+      }
+      CHUNKSERVE_ASSIGN_OR_RETURN(backend_, backend::CpuBackend::Create(model_, backend_options));
     }
-    CHUNKSERVE_ASSIGN_OR_RETURN(
-        backend_, backend::CpuBackend::Create(model_, {.num_threads = options_.num_threads,
-                                                       .num_slots = num_slots_,
-                                                       .chunk_size = options_.chunk_size,
-                                                       .kv_dtype = options_.kv_dtype}));
     CHUNKSERVE_ASSIGN_OR_RETURN(
         kv::PrefixTree tree, kv::PrefixTree::Create({.chunk_size = options_.chunk_size,
                                                      .num_slots = num_slots_,

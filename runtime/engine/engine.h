@@ -27,12 +27,29 @@
 #include <vector>
 
 #include "kernels/attention_params.h"
+#include "runtime/backend/backend.h"
 #include "runtime/base/ids.h"
 #include "runtime/base/status.h"
 #include "runtime/sched/request.h"
 #include "runtime/sched/stream.h"
 
+namespace chunkserve::model {
+class LoadedModel;
+}  // namespace chunkserve::model
+namespace chunkserve::backend {
+struct CpuBackendOptions;
+}  // namespace chunkserve::backend
+
 namespace chunkserve::engine {
+
+// Builds the engine's backend in place of the plain CPU backend; tensor parallelism
+// (runtime/parallel) uses it to put a group of ranks behind the Backend interface. Called once,
+// from Engine::Create on the caller's thread, with the loaded model (it outlives the backend) and
+// the options the CPU backend would have been given (num_slots from kv_cache_bytes computed for
+// the whole model, so a tensor-parallel group schedules exactly like one rank and each rank's
+// arena holds 1 / T of kv_cache_bytes).
+using BackendFactory = std::function<Result<std::unique_ptr<backend::Backend>>(
+    const model::LoadedModel& model, const backend::CpuBackendOptions& options)>;
 
 enum class BackendKind : int32_t { kCpu = 0, kCuda = 1 };
 enum class ShutdownMode : int32_t {
@@ -57,6 +74,10 @@ struct EngineOptions {
   int32_t max_batch_size = 64;           // sequences per step
   int32_t prefill_token_budget = 512;    // tokens per step (decode + prefill); 0 = unlimited
   int32_t max_queued_requests = 4096;    // Submit returns ResourceExhausted beyond this
+
+  // Empty: the CPU backend (BackendKind::kCpu). Set: this builds the backend; `backend` is
+  // ignored.
+  BackendFactory backend_factory = nullptr;
 };
 
 struct EngineStats {

@@ -52,10 +52,12 @@ const std::vector<Rule>& Rules() {
       // Compute only: plain params structs, no runtime types, no logging, no networking.
       {"kernels/", {"kernels/"}, {"glog", "capnp", "asio", "gloo", "nccl"}},
       // Runtime: kernels' host headers and itself. CUDA only in the CUDA backend; Cap'n Proto and
-      // Asio only in the wire layer; collectives live in worker/.
+      // Asio only in the wire layer; collectives only in parallel/.
       {"runtime/", {"kernels/", "runtime/"}, {"cuda", "capnp", "asio", "gloo", "nccl"}},
       {"runtime/backend/", {"kernels/", "runtime/"}, {"capnp", "asio", "gloo", "nccl"}},
       {"runtime/wire/", {"kernels/", "runtime/"}, {"cuda", "gloo", "nccl"}},
+      // Tensor parallelism: the communicators are the one place for Gloo and NCCL.
+      {"runtime/parallel/", {"kernels/", "runtime/"}, {"capnp", "asio"}},
       // Router: never CUDA, never kernels; only the runtime pieces that describe prefixes and wire.
       {"router/",
        {"router/", "runtime/base/", "runtime/kvcache/", "runtime/wire/"},
