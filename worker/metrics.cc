@@ -94,7 +94,7 @@ std::string WorkerMetrics::Render(const engine::EngineStats& s, bool ready, bool
                         "Time between consecutive tokens of a request.", &out);
   e2e.Render("chunkserve_e2e_seconds", "Time from receipt to the terminal event.", &out);
   queue.Render("chunkserve_queue_seconds",
-               "Time from receipt to the first event (upper bound of queue time).", &out);
+               "Time from submission to admission into the running batch.", &out);
   return out;
 }
 

@@ -36,9 +36,8 @@ struct WorkerMetrics {
   Histogram ttft;            // submit -> first token
   Histogram time_per_token;  // between consecutive tokens of a request
   Histogram e2e;             // submit -> terminal event
-  Histogram queue;           // submit -> first token minus the request's own prefill is not
-                             // observable from outside the engine; this records submit ->
-                             // first streamed event (an upper bound of queue time)
+  Histogram queue;           // submit -> first admission into the running batch, as the
+                             // scheduler measured it (FinishInfo::queue_seconds)
   std::atomic<uint64_t> rejected_overloaded{0};
   std::atomic<uint64_t> malformed_frames{0};
   std::atomic<uint64_t> connections_total{0};

@@ -2,7 +2,11 @@
 
 #include <capnp/message.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -10,6 +14,7 @@
 #include <vector>
 
 #include "runtime/base/logging.h"
+#include "runtime/kvcache/chunk_hash.h"
 #include "runtime/wire/framing.h"
 #include "worker/metrics.h"
 
@@ -55,7 +60,13 @@ struct Session {
 class Server final : public WorkerServer {
  public:
   Server(asio::io_context& io, const WorkerOptions& options)
-      : io_(io), options_(options), acceptor_(io), http_acceptor_(io), drain_timer_(io) {}
+      : io_(io),
+        options_(options),
+        acceptor_(io),
+        http_acceptor_(io),
+        drain_timer_(io),
+        report_timer_(io),
+        soon_timer_(io) {}
 
   ~Server() override {
     if (engine_) {
@@ -70,6 +81,7 @@ class Server final : public WorkerServer {
     CHUNKSERVE_ASSIGN_OR_RETURN(engine_, engine::Engine::Create(options_.engine));
     engine_->SetKvEventCallback(
         [this](const std::vector<engine::KvEvent>& events) { PublishKvEvents(events); });
+    CHUNKSERVE_RETURN_IF_ERROR(InitRouterLinks());
     CHUNKSERVE_RETURN_IF_ERROR(Listen(acceptor_, options_.listen_host, options_.listen_port));
     if (options_.http_port >= 0) {
       CHUNKSERVE_RETURN_IF_ERROR(
@@ -81,6 +93,8 @@ class Server final : public WorkerServer {
   void Start() {
     Accept();
     if (http_acceptor_.is_open()) AcceptHttp();
+    for (auto& link : links_) ConnectRouter(link.get());
+    if (!links_.empty()) ScheduleLoadReports();
   }
 
   uint16_t port() const override { return acceptor_.local_endpoint().port(); }
@@ -88,6 +102,11 @@ class Server final : public WorkerServer {
     return http_acceptor_.is_open() ? http_acceptor_.local_endpoint().port() : 0;
   }
   uint64_t generation() const override { return generation_; }
+  int registered_routers() const override {
+    int n = 0;
+    for (const auto& link : links_) n += link->registered;
+    return n;
+  }
 
   void BeginDrain(std::function<void()> done) override {
     if (draining_.exchange(true)) return;
@@ -95,6 +114,10 @@ class Server final : public WorkerServer {
     asio::error_code ignored;
     acceptor_.close(ignored);
     drain_deadline_ = Clock::now() + options_.drain_timeout;
+    for (auto& link : links_) {
+      link->timer.cancel();
+      SendLoadReport(*link);  // routers stop sending here at once
+    }
     PollDrain();
   }
 
@@ -155,6 +178,7 @@ class Server final : public WorkerServer {
       kv_subscribers_.erase(id);
     }
     sessions_.erase(it);
+    if (RouterLink* link = LinkOf(id)) OnRouterLinkClosed(link, reason);
   }
 
   void OnMessage(Session& session, wire::DecodedMessage& message) {
@@ -177,6 +201,14 @@ class Server final : public WorkerServer {
       case Envelope::SUBSCRIBE_KV:
         Subscribe(session);
         break;
+      case Envelope::REGISTER_ACK:
+        OnRegisterAck(session, root.getRegisterAck());
+        break;
+      case Envelope::ERROR:
+        // A peer's complaint about this connection (e.g. the router refusing a frame): logged;
+        // the peer closes the connection if it must.
+        LOG(WARNING) << "wire error from peer: " << root.getError().getMessage().cStr();
+        break;
       default:
         (void)session.connection->SendBytes(
             ErrorFrame(0, Status::Unimplemented("message kind not served by a worker")));
@@ -198,6 +230,7 @@ class Server final : public WorkerServer {
       return;
     }
     sched::RequestOptions r;
+    r.prompt.reserve(g.getPrompt().size());
     for (uint32_t t : g.getPrompt()) {
       if (t > static_cast<uint32_t>(INT32_MAX)) {
         reject(Status::InvalidArgument("token id out of range"));
@@ -231,20 +264,29 @@ class Server final : public WorkerServer {
     std::shared_ptr<sched::RequestStream> s = std::move(stream).value();
     session.requests[wire_id] = s->id();
     in_flight_.fetch_add(1);
+    LoadReportSoon();
+    // Prompt tokens count as queued prefill until the request's first event (its first token
+    // or its end): the load a router needs to predict time to first token here.
+    const auto prompt_tokens = static_cast<int64_t>(g.getPrompt().size());
+    queued_prefill_tokens_.fetch_add(prompt_tokens);
+    auto prefill_pending = std::make_shared<std::atomic<bool>>(true);
+    auto ttft_s = std::make_shared<double>(0.0);  // step thread only
     std::weak_ptr<wire::Connection> weak = session.connection;
     const uint64_t connection_id = session.connection->id();
     auto last = std::make_shared<Clock::time_point>(received);
     sched::RequestStream* raw = s.get();
     // Runs on the engine's step thread: encode and queue (thread-safe, non-blocking).
     Status set = s->SetCallback(
-        [this, weak, wire_id, received, last, raw, connection_id](const sched::StreamEvent& e) {
+        [this, weak, wire_id, received, last, raw, connection_id, prompt_tokens,
+         prefill_pending, ttft_s](const sched::StreamEvent& e) {
           const auto now = Clock::now();
+          if (prefill_pending->exchange(false)) queued_prefill_tokens_.fetch_sub(prompt_tokens);
           auto connection = weak.lock();
           capnp::MallocMessageBuilder builder;
           if (e.kind == sched::StreamEvent::Kind::kToken) {
             if (e.index == 0) {
               metrics_.ttft.Observe(Seconds(now - received));
-              metrics_.queue.Observe(Seconds(now - received));
+              *ttft_s = Seconds(now - received);
             } else {
               metrics_.time_per_token.Observe(Seconds(now - *last));
             }
@@ -259,6 +301,8 @@ class Server final : public WorkerServer {
             return;
           }
           metrics_.e2e.Observe(Seconds(now - received));
+          RecordPrefillSample(e.finish.prompt_tokens - e.finish.cached_tokens, *ttft_s);
+          if (e.finish.queue_seconds >= 0) metrics_.queue.Observe(e.finish.queue_seconds);
           auto finish = builder.initRoot<Envelope>().initFinish();
           finish.setRequestId(wire_id);
           finish.setReason(static_cast<wire::schema::FinishReason>(e.finish.reason));
@@ -277,6 +321,7 @@ class Server final : public WorkerServer {
     in_flight_.fetch_sub(1);
     auto it = sessions_.find(connection_id);
     if (it != sessions_.end()) it->second->requests.erase(wire_id);
+    LoadReportSoon();
   }
 
   void SendStats(Session& session) {
@@ -310,6 +355,208 @@ class Server final : public WorkerServer {
     h.setDraining(draining_);
     h.setGeneration(generation_);
     (void)session.connection->SendBytes(Encode(builder));
+  }
+
+  // Prefill rate for load reports. The engine's prefill_tokens_per_s is throughput over a
+  // window: near 0 on a worker that mostly hits its cache, which would make a router think the
+  // worker is slow exactly when it is the best place to go. Routers need capacity, so each
+  // request with a real prefill contributes uncached tokens / TTFT, and the report carries the
+  // best of the last kPrefillSamples (the least queued, closest to capacity), or the engine's
+  // window figure when that is higher.
+  static constexpr size_t kPrefillSamples = 32;
+  void RecordPrefillSample(int64_t uncached_tokens, double ttft_s) {
+    if (uncached_tokens < 16 || ttft_s <= 0) return;  // too small to time meaningfully
+    std::lock_guard<std::mutex> lock(prefill_mu_);
+    prefill_samples_[prefill_next_++ % kPrefillSamples] =
+        static_cast<double>(uncached_tokens) / ttft_s;
+  }
+  double PrefillRate(double engine_window_rate) {
+    std::lock_guard<std::mutex> lock(prefill_mu_);
+    double best = engine_window_rate;
+    for (double r : prefill_samples_) best = std::max(best, r);
+    return best;
+  }
+
+  // --- router links ---------------------------------------------------------------------------
+
+  // One outgoing link to a router (io thread only).
+  struct RouterLink {
+    explicit RouterLink(asio::io_context& io) : resolver(io), timer(io) {}
+    std::string host;
+    uint16_t port = 0;
+    asio::ip::tcp::resolver resolver;
+    asio::steady_timer timer;
+    std::shared_ptr<Session> session;  // null while disconnected
+    bool registered = false;
+    std::chrono::milliseconds backoff{0};
+  };
+
+  Status InitRouterLinks() {
+    for (const std::string& r : options_.routers) {
+      const size_t colon = r.rfind(':');
+      if (colon == std::string::npos || colon == 0) {
+        return Status::InvalidArgument("router address must be host:port: " + r);
+      }
+      const int port = std::atoi(r.c_str() + colon + 1);
+      if (port <= 0 || port > 65535) return Status::InvalidArgument("bad router port: " + r);
+      auto link = std::make_unique<RouterLink>(io_);
+      link->host = r.substr(0, colon);
+      link->port = static_cast<uint16_t>(port);
+      links_.push_back(std::move(link));
+    }
+    return Status::Ok();
+  }
+
+  void ConnectRouter(RouterLink* link) {
+    if (draining_) return;
+    link->resolver.async_resolve(
+        link->host, std::to_string(link->port),
+        [this, link](const asio::error_code& ec, asio::ip::tcp::resolver::results_type results) {
+          if (draining_) return;
+          if (ec) {
+            LOG(WARNING) << "router address " << link->host << ": " << ec.message();
+            ScheduleRouterReconnect(link);
+            return;
+          }
+          auto socket = std::make_shared<asio::ip::tcp::socket>(io_);
+          asio::async_connect(*socket, results,
+                              [this, link, socket](const asio::error_code& e, const auto&) {
+                                if (draining_) return;
+                                if (e) {
+                                  ScheduleRouterReconnect(link);
+                                  return;
+                                }
+                                OnRouterConnected(link, std::move(*socket));
+                              });
+        });
+  }
+
+  void ScheduleRouterReconnect(RouterLink* link) {
+    if (draining_) return;
+    link->backoff = link->backoff.count() == 0
+                        ? options_.reconnect_min
+                        : std::min(link->backoff * 2, options_.reconnect_max);
+    link->timer.expires_after(link->backoff);
+    link->timer.async_wait([this, link](const asio::error_code& ec) {
+      if (!ec) ConnectRouter(link);
+    });
+  }
+
+  RouterLink* LinkOf(uint64_t connection_id) {
+    for (auto& link : links_) {
+      if (link->session && link->session->connection->id() == connection_id) return link.get();
+    }
+    return nullptr;
+  }
+
+  void OnRouterConnected(RouterLink* link, asio::ip::tcp::socket socket) {
+    wire::ConnectionOptions copts = options_.connection;
+    copts.idle_timeout = std::chrono::milliseconds(0);  // a router may be quiet for long
+    auto connection = wire::Connection::Create(std::move(socket), copts);
+    auto session = std::make_shared<Session>();
+    session->connection = connection;
+    sessions_[connection->id()] = session;
+    link->session = session;
+    link->registered = false;
+    std::weak_ptr<Session> weak = session;
+    connection->Start(
+        [this, weak](wire::DecodedMessage& m) {
+          if (auto s = weak.lock()) OnMessage(*s, m);
+        },
+        [this, id = connection->id()](const Status& reason) { OnClose(id, reason); });
+
+    const engine::EngineStats stats = engine_->Stats();
+    capnp::MallocMessageBuilder builder;
+    auto r = builder.initRoot<Envelope>().initRegister();
+    r.setWorkerId(options_.worker_id);
+    r.setModelFingerprint(engine_->model_fingerprint());
+    r.setChunkSize(engine_->chunk_size());
+    r.setChunkHashVersion(kv::kHashVersion);
+    r.setCapacityKvBytes(stats.kv_bytes_capacity);
+    r.setCapacitySlots(0);  // unknown to the worker before its first chunk; see LoadReport
+    r.setMaxBatchSize(options_.engine.max_batch_size);
+    r.setMaxQueued(options_.engine.max_queued_requests);
+    r.setGeneration(generation_);
+    r.setAddress(options_.advertise.empty()
+                     ? options_.listen_host + ":" + std::to_string(port())
+                     : options_.advertise);
+    (void)connection->SendBytes(Encode(builder));
+  }
+
+  void OnRouterLinkClosed(RouterLink* link, const Status& reason) {
+    link->session.reset();
+    link->registered = false;
+    LOG(WARNING) << "router link " << link->host << ":" << link->port << " closed: " << reason;
+    ScheduleRouterReconnect(link);
+  }
+
+  void OnRegisterAck(Session& session, wire::schema::RegisterAck::Reader ack) {
+    RouterLink* link = LinkOf(session.connection->id());
+    if (link == nullptr) return;  // not a router link: ignore
+    if (!ack.getAccepted()) {
+      // A refused worker keeps trying at the slowest pace: the operator may fix the router.
+      LOG(ERROR) << "router refused registration: " << ack.getReason().cStr();
+      std::fprintf(stderr, "router %s:%u refused registration: %s\n", link->host.c_str(),
+                   link->port, ack.getReason().cStr());
+      link->backoff = options_.reconnect_max;
+      session.connection->Close(Status::FailedPrecondition("registration refused"));
+      return;
+    }
+    link->registered = true;
+    link->backoff = std::chrono::milliseconds(0);
+    Subscribe(session);  // snapshot, then increments on this link
+    SendLoadReport(*link);
+  }
+
+  void ScheduleLoadReports() {
+    report_timer_.expires_after(options_.load_report_interval);
+    report_timer_.async_wait([this](const asio::error_code& ec) {
+      if (ec) return;
+      for (auto& link : links_) SendLoadReport(*link);
+      if (!draining_) ScheduleLoadReports();
+    });
+  }
+
+  // Load changed (a request arrived or ended): report within a few milliseconds instead of
+  // waiting for the period, so routers do not act on a load that is gone. Coalesced.
+  void LoadReportSoon() {
+    if (links_.empty() || report_soon_pending_) return;
+    report_soon_pending_ = true;
+    soon_timer_.expires_after(std::chrono::milliseconds(5));
+    soon_timer_.async_wait([this](const asio::error_code& ec) {
+      report_soon_pending_ = false;
+      if (ec) return;
+      for (auto& link : links_) SendLoadReport(*link);
+    });
+  }
+
+  void SendLoadReport(RouterLink& link) {
+    if (!link.session || !link.registered) return;
+    const engine::EngineStats s = engine_->Stats();
+    // Bytes per KV slot (one chunk) are learned from the stored chunks; the engine does not
+    // expose them. freeKvBytes is exact regardless.
+    if (s.chunks_total > 0 && s.kv_bytes_used > 0) {
+      bytes_per_chunk_ = s.kv_bytes_used / static_cast<uint64_t>(s.chunks_total);
+    }
+    const uint64_t free_bytes =
+        s.kv_bytes_capacity > s.kv_bytes_referenced ? s.kv_bytes_capacity - s.kv_bytes_referenced
+                                                    : 0;
+    capnp::MallocMessageBuilder builder;
+    auto r = builder.initRoot<Envelope>().initLoadReport();
+    r.setGeneration(generation_);
+    r.setQueuedPrefillTokens(
+        static_cast<uint64_t>(std::max<int64_t>(0, queued_prefill_tokens_.load())));
+    r.setRunningSequences(s.running);
+    r.setQueuedRequests(s.queued);
+    r.setFreeKvSlots(bytes_per_chunk_ > 0 ? free_bytes / bytes_per_chunk_ *
+                                                static_cast<uint64_t>(engine_->chunk_size())
+                                          : 0);
+    r.setFreeKvBytes(free_bytes);
+    r.setPrefillTokensPerS(PrefillRate(s.prefill_tokens_per_s));
+    r.setDecodeTokensPerS(s.decode_tokens_per_s);
+    r.setDraining(draining_);
+    r.setInFlightRequests(static_cast<int32_t>(in_flight_.load()));
+    (void)link.session->connection->SendBytes(Encode(builder));
   }
 
   // --- KV events ------------------------------------------------------------------------------
@@ -524,6 +771,17 @@ class Server final : public WorkerServer {
 
   std::mutex kv_mu_;
   std::unordered_map<uint64_t, KvSubscriber> kv_subscribers_;  // guarded by kv_mu_
+
+  // Router links (io thread).
+  std::vector<std::unique_ptr<RouterLink>> links_;
+  asio::steady_timer report_timer_;
+  asio::steady_timer soon_timer_;
+  bool report_soon_pending_ = false;
+  uint64_t bytes_per_chunk_ = 0;
+  std::mutex prefill_mu_;
+  std::array<double, kPrefillSamples> prefill_samples_{};  // guarded by prefill_mu_
+  size_t prefill_next_ = 0;                                 // guarded by prefill_mu_
+  std::atomic<int64_t> queued_prefill_tokens_{0};
 };
 
 }  // namespace

@@ -11,6 +11,9 @@
 // in-flight requests up to the drain deadline (then aborts them with unavailable), flushes the
 // connections and calls `done` on the io_context thread.
 //
+// Router links: see WorkerOptions::routers; each link is a wire session like any other (the
+// router may send SubscribeKv / StatsRequest / HealthRequest on it).
+//
 // Thread safety: Create, BeginDrain and the accessors are called on the io_context thread (or
 // before it runs). Engine callbacks hand work to that thread or use thread-safe sends.
 #ifndef CHUNKSERVE_WORKER_SERVER_H_
@@ -22,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/base/status.h"
 #include "runtime/engine/engine.h"
@@ -38,6 +42,17 @@ struct WorkerOptions {
   std::string worker_id = "worker";
   std::chrono::milliseconds drain_timeout{30000};
   wire::ConnectionOptions connection;
+
+  // Router links (optional): the worker connects out to each router, sends Register (with
+  // `advertise`, or listen_host:port() when empty, as the address clients reach it at), and after
+  // the RegisterAck streams KV events (snapshot, then increments) and a LoadReport every
+  // `load_report_interval` on that link. A lost link is re-established with exponential backoff
+  // (reconnect_min .. reconnect_max); each new link registers again and sends a fresh snapshot.
+  std::vector<std::string> routers;  // "host:port" each; empty: no router
+  std::string advertise;             // host:port
+  std::chrono::milliseconds load_report_interval{200};
+  std::chrono::milliseconds reconnect_min{100};
+  std::chrono::milliseconds reconnect_max{5000};
 };
 
 class WorkerServer {
@@ -49,6 +64,8 @@ class WorkerServer {
   virtual uint16_t port() const = 0;
   virtual uint16_t http_port() const = 0;  // 0 when there is no HTTP listener
   virtual uint64_t generation() const = 0;
+  // Routers that accepted this worker's registration on their current link.
+  virtual int registered_routers() const = 0;
 
   virtual void BeginDrain(std::function<void()> done) = 0;
 };

@@ -2,11 +2,13 @@
 #include <asio.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <iostream>
 #include <string>
 
 #include "runtime/base/status.h"
 #include "worker/server.h"
+#include "worker/tp_group.h"
 
 namespace chunkserve::worker {
 namespace {
@@ -34,9 +36,14 @@ constexpr char kUsage[] =
     "usage: chunkserve-worker [--listen HOST:PORT] [--http HOST:PORT] [--model DIR]\n"
     "         [--kv-cache-mb N] [--max-queue N] [--chunk-size N] [--threads N]\n"
     "         [--drain-timeout-ms N] [--handshake-timeout-ms N] [--idle-timeout-ms N]\n"
-    "         [--worker-id ID]\n";
+    "         [--worker-id ID] [--router HOST:PORT] [--advertise HOST:PORT]\n"
+    "         [--load-report-ms N] [--tp N] [--tp-rendezvous HOST:PORT] [--tp-timeout-ms N]\n"
+    "         [--tp-comm gloo|nccl]\n";
 
 int Main(int argc, char** argv) {
+  int tp_exit = 0;
+  if (MaybeRunTpRank(argc, argv, &tp_exit)) return tp_exit;  // a tensor-parallel rank process
+  TpGroupOptions tp;
   WorkerOptions options;
   options.connection.handshake_timeout = std::chrono::milliseconds(10000);
   for (int i = 1; i < argc; ++i) {
@@ -83,6 +90,29 @@ int Main(int argc, char** argv) {
       options.connection.idle_timeout = std::chrono::milliseconds(n);
     } else if (flag == "--worker-id") {
       options.worker_id = value;
+    } else if (flag == "--router") {
+      // Repeatable, or comma-separated: one link per router.
+      size_t start = 0;
+      while (ok && start <= value.size()) {
+        const size_t comma = std::min(value.find(',', start), value.size());
+        const std::string one = value.substr(start, comma - start);
+        std::string host;
+        int32_t port = 0;
+        ok = SplitHostPort(one, &host, &port) && port > 0;
+        options.routers.push_back(one);
+        start = comma + 1;
+      }
+    } else if (flag == "--advertise") {
+      std::string host;
+      int32_t port = 0;
+      ok = SplitHostPort(value, &host, &port) && port > 0;
+      options.advertise = value;
+    } else if (flag == "--load-report-ms") {
+      ok = ParseInt(value, 10, 600000, &n);
+      options.load_report_interval = std::chrono::milliseconds(n);
+    } else if (flag == "--tp" || flag == "--tp-rendezvous" || flag == "--tp-timeout-ms" ||
+               flag == "--tp-comm") {
+      ok = ParseTpFlag(flag, value, &tp).ok();
     } else {
       std::fprintf(stderr, "unknown flag %s\n%s", flag.c_str(), kUsage);
       return 2;
@@ -94,6 +124,16 @@ int Main(int argc, char** argv) {
   }
 
   asio::io_context io(1);
+  std::unique_ptr<TpGroup> tp_group;  // outlives the engine, whose backend leads the group
+  if (tp.size > 1) {
+    Result<std::unique_ptr<TpGroup>> group = TpGroup::Start(tp);
+    if (!group.ok()) {
+      std::fprintf(stderr, "chunkserve-worker: %s\n", group.status().ToString().c_str());
+      return 1;
+    }
+    tp_group = std::move(group).value();
+    options.engine.backend_factory = tp_group->BackendFactory();
+  }
   Result<std::unique_ptr<WorkerServer>> server = WorkerServer::Create(io, options);
   if (!server.ok()) {
     std::fprintf(stderr, "chunkserve-worker: %s\n", server.status().ToString().c_str());
@@ -111,9 +151,21 @@ int Main(int argc, char** argv) {
     if (ec) return;
     server.value()->BeginDrain([&io] { io.stop(); });
   });
+  // A failed tensor-parallel group: requests already ended with the error; stop being ready,
+  // drain and exit non-zero.
+  int exit_code = 0;
+  if (tp_group) {
+    tp_group->SetFailureCallback([&](const Status& s) {
+      asio::post(io, [&, s] {
+        std::fprintf(stderr, "chunkserve-worker: %s; exiting\n", s.ToString().c_str());
+        exit_code = 3;
+        server.value()->BeginDrain([&io] { io.stop(); });
+      });
+    });
+  }
   io.run();
   server.value().reset();
-  return 0;
+  return exit_code;
 }
 
 }  // namespace

@@ -127,6 +127,9 @@ struct LoadReport {
   prefillTokensPerS @5 :Float64;    # measured prefill rate over the last seconds
   decodeTokensPerS @6 :Float64;     # measured decode rate over the last seconds
   draining @7 :Bool;                # true once the worker stopped admitting
+  freeKvBytes @8 :UInt64;           # KV arena bytes free or reclaimable (exact; freeKvSlots is
+                                    # derived from it and is 0 until the slot size is known)
+  inFlightRequests @9 :Int32;       # requests admitted and not yet finished (all connections)
 }
 
 # Client / router -> worker: subscribe to KV events. The worker answers with one KvEvents with

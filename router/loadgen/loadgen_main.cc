@@ -1,0 +1,614 @@
+// chunkserve-loadgen: replays a workload against a chunkserve-router (or a single worker) over
+// the wire protocol and reports prefix hit rate, TTFT and end-to-end latency percentiles,
+// throughput, load imbalance and routing precision; see router/README.md ("Load generator").
+//
+// The workload is router/workload.h's synthetic multi-tenant generator (Zipf tenant popularity,
+// Poisson arrivals) or a JSONL trace. Arrivals are open loop: each request is sent at its arrival
+// time whatever the state of earlier ones, over a few connections (round robin). Every run also
+// replays the negative control -- the same lengths and arrivals with no shared prefixes -- so the
+// hit rate of the shared workload can be read against what sharing-free traffic gets.
+//
+// Per-worker figures (routed requests, cached and prompt tokens) and routing precision come from
+// the router's /metrics (--http), scraped before and after each phase; without --http only the
+// client-side figures are reported.
+#include <capnp/message.h>
+
+#include <algorithm>
+#include <asio.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "router/workload.h"
+#include "runtime/base/status.h"
+#include "runtime/wire/connection.h"
+
+namespace chunkserve::router {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using wire::schema::Envelope;
+
+struct Options {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  std::string http_host = "127.0.0.1";
+  uint16_t http_port = 0;  // 0: no metrics
+  std::string trace;
+  WorkloadOptions workload;
+  int32_t connections = 4;
+  std::string json_path;
+  std::string label;
+  bool control = true;
+  double timeout_s = 600;
+};
+
+bool SplitHostPort(const std::string& s, std::string* host, uint16_t* port) {
+  const size_t colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  char* end = nullptr;
+  const long p = std::strtol(s.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || p <= 0 || p > 65535) return false;
+  *host = s.substr(0, colon);
+  *port = static_cast<uint16_t>(p);
+  return true;
+}
+
+// --- router metrics ------------------------------------------------------------------------------
+
+using Samples = std::map<std::string, double>;  // series (name{labels}) -> value
+
+Result<Samples> Scrape(const Options& o) {
+  try {
+    asio::io_context io;
+    asio::ip::tcp::socket s(io);
+    s.connect({asio::ip::make_address(o.http_host), o.http_port});
+    const std::string req = "GET /metrics HTTP/1.1\r\nHost: " + o.http_host + "\r\n\r\n";
+    asio::write(s, asio::buffer(req));
+    std::string data;
+    asio::error_code ec;
+    asio::read(s, asio::dynamic_buffer(data), ec);
+    const size_t body = data.find("\r\n\r\n");
+    if (data.rfind("HTTP/1.1 200", 0) != 0 || body == std::string::npos) {
+      return Status::Unavailable("bad /metrics reply");
+    }
+    Samples out;
+    std::istringstream in(data.substr(body + 4));
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      const size_t sp = line.rfind(' ');
+      if (sp == std::string::npos) continue;
+      out[line.substr(0, sp)] = std::strtod(line.c_str() + sp + 1, nullptr);
+    }
+    return out;
+  } catch (const std::exception& e) {
+    return Status::Unavailable(std::string("metrics: ") + e.what());
+  }
+}
+
+double Delta(const Samples& before, const Samples& after, const std::string& series) {
+  auto a = after.find(series);
+  if (a == after.end()) return 0;
+  auto b = before.find(series);
+  return a->second - (b == before.end() ? 0 : b->second);
+}
+
+// Worker names from series like chunkserve_router_worker_routed_total{worker="w1"}.
+std::vector<std::string> WorkerNames(const Samples& s) {
+  std::vector<std::string> out;
+  const std::string prefix = "chunkserve_router_worker_routed_total{worker=\"";
+  for (const auto& [k, v] : s) {
+    if (k.rfind(prefix, 0) == 0 && k.size() > prefix.size() + 2) {
+      out.push_back(k.substr(prefix.size(), k.size() - prefix.size() - 2));
+    }
+  }
+  return out;
+}
+
+// --- one phase -----------------------------------------------------------------------------------
+
+struct RequestResult {
+  Clock::time_point sent;
+  std::optional<Clock::time_point> first_token;
+  std::optional<Clock::time_point> end;
+  int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;
+  int32_t generated = 0;
+  int32_t expected_index = 0;
+  bool error = false;
+  bool bad_index = false;
+  std::string error_message;
+};
+
+struct WorkerFigures {
+  double routed = 0;
+  double prompt_tokens = 0;
+  double cached_tokens = 0;
+};
+
+struct PhaseReport {
+  std::string name;
+  int64_t requests = 0;
+  int64_t finished = 0;
+  int64_t errors = 0;
+  int64_t bad_indices = 0;
+  double hit_rate = 0;
+  double ttft_mean_ms = 0, ttft_p50_ms = 0, ttft_p99_ms = 0;
+  double e2e_p50_ms = 0, e2e_p99_ms = 0;
+  double wall_s = 0;
+  double requests_per_s = 0;
+  double output_tokens_per_s = 0;
+  bool have_metrics = false;
+  std::map<std::string, WorkerFigures> workers;
+  double imbalance = 0;  // max / mean of routed requests over workers (1 = perfectly even)
+  double precision = 0;
+  double predicted_tokens = 0, reported_tokens = 0;
+  std::string first_error;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = p * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+class Phase {
+ public:
+  Phase(const Options& o, std::vector<WorkloadRequest> requests)
+      : o_(o), requests_(std::move(requests)), results_(requests_.size()), timer_(io_) {}
+
+  Status Run() {
+    for (int i = 0; i < o_.connections; ++i) {
+      asio::ip::tcp::socket socket(io_);
+      asio::error_code ec;
+      socket.connect({asio::ip::make_address(o_.host, ec), o_.port}, ec);
+      if (ec) return Status::Unavailable("connect to " + o_.host + ": " + ec.message());
+      wire::ConnectionOptions copts;
+      copts.max_outgoing_bytes = 256u << 20;
+      auto c = wire::Connection::Create(std::move(socket), copts);
+      c->Start([this](wire::DecodedMessage& m) { OnMessage(m); },
+               [this](const Status& reason) {
+                 if (outstanding_ > 0 && !stopping_) {
+                   lost_ = Status::Unavailable("connection closed: " + reason.ToString());
+                   io_.stop();
+                 }
+               });
+      connections_.push_back(c);
+    }
+    start_ = Clock::now();
+    ScheduleNext();
+    deadline_timer_ = std::make_unique<asio::steady_timer>(
+        io_, std::chrono::milliseconds(static_cast<int64_t>(o_.timeout_s * 1000)));
+    deadline_timer_->async_wait([this](const asio::error_code& ec) {
+      if (!ec) {
+        lost_ = Status::DeadlineExceeded("phase did not finish within the timeout");
+        io_.stop();
+      }
+    });
+    io_.run();
+    end_ = Clock::now();
+    stopping_ = true;
+    for (auto& c : connections_) c->Close(Status::Ok());
+    io_.restart();
+    io_.poll();
+    return lost_;
+  }
+
+  PhaseReport Report(const std::string& name) const {
+    PhaseReport r;
+    r.name = name;
+    r.requests = static_cast<int64_t>(requests_.size());
+    std::vector<double> ttft, e2e;
+    double prompt = 0, cached = 0, generated = 0;
+    for (const RequestResult& x : results_) {
+      if (x.error) {
+        r.errors++;
+        if (r.first_error.empty()) r.first_error = x.error_message;
+        continue;
+      }
+      if (!x.end) continue;
+      r.finished++;
+      r.bad_indices += x.bad_index;
+      prompt += x.prompt_tokens;
+      cached += x.cached_tokens;
+      generated += x.generated;
+      if (x.first_token) {
+        ttft.push_back(std::chrono::duration<double, std::milli>(*x.first_token - x.sent).count());
+      }
+      e2e.push_back(std::chrono::duration<double, std::milli>(*x.end - x.sent).count());
+    }
+    r.hit_rate = prompt > 0 ? cached / prompt : 0;
+    double sum = 0;
+    for (double t : ttft) sum += t;
+    r.ttft_mean_ms = ttft.empty() ? 0 : sum / static_cast<double>(ttft.size());
+    r.ttft_p50_ms = Percentile(ttft, 0.5);
+    r.ttft_p99_ms = Percentile(ttft, 0.99);
+    r.e2e_p50_ms = Percentile(e2e, 0.5);
+    r.e2e_p99_ms = Percentile(e2e, 0.99);
+    r.wall_s = std::chrono::duration<double>(end_ - start_).count();
+    r.requests_per_s = r.wall_s > 0 ? static_cast<double>(r.finished) / r.wall_s : 0;
+    r.output_tokens_per_s = r.wall_s > 0 ? generated / r.wall_s : 0;
+    return r;
+  }
+
+ private:
+  void ScheduleNext() {
+    if (next_ >= requests_.size()) return;
+    const auto at = start_ + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(requests_[next_].arrival_s));
+    timer_.expires_at(at);
+    timer_.async_wait([this](const asio::error_code& ec) {
+      if (ec) return;
+      // Send everything due (a late timer catches up without drifting the schedule).
+      while (next_ < requests_.size()) {
+        const auto due = start_ + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(requests_[next_].arrival_s));
+        if (due > Clock::now()) break;
+        Send(next_++);
+      }
+      ScheduleNext();
+    });
+  }
+
+  void Send(size_t i) {
+    const WorkloadRequest& w = requests_[i];
+    capnp::MallocMessageBuilder builder;
+    auto g = builder.initRoot<Envelope>().initGenerate();
+    g.setRequestId(i + 1);
+    auto p = g.initPrompt(static_cast<unsigned>(w.prompt.size()));
+    for (size_t k = 0; k < w.prompt.size(); ++k) {
+      p.set(static_cast<unsigned>(k), static_cast<uint32_t>(w.prompt[k]));
+    }
+    g.setMaxNewTokens(std::max(1, w.output_tokens));
+    results_[i].sent = Clock::now();
+    outstanding_++;
+    const Status s = connections_[i % connections_.size()]->Send(builder);
+    if (!s.ok()) Fail(i, s.ToString());
+  }
+
+  void Fail(size_t i, const std::string& message) {
+    results_[i].error = true;
+    results_[i].error_message = message;
+    Done();
+  }
+
+  void Done() {
+    outstanding_--;
+    completed_++;
+    if (completed_ == requests_.size()) io_.stop();
+  }
+
+  void OnMessage(wire::DecodedMessage& m) {
+    Envelope::Reader root = m.root();
+    const auto now = Clock::now();
+    auto result = [&](uint64_t id) -> RequestResult* {
+      return id >= 1 && id <= results_.size() ? &results_[id - 1] : nullptr;
+    };
+    switch (root.which()) {
+      case Envelope::TOKEN: {
+        RequestResult* r = result(root.getToken().getRequestId());
+        if (r == nullptr) return;
+        if (!r->first_token) r->first_token = now;
+        if (root.getToken().getIndex() != r->expected_index) r->bad_index = true;
+        r->expected_index++;
+        break;
+      }
+      case Envelope::FINISH: {
+        auto f = root.getFinish();
+        RequestResult* r = result(f.getRequestId());
+        if (r == nullptr || r->end || r->error) return;
+        r->end = now;
+        r->prompt_tokens = f.getPromptTokens();
+        r->cached_tokens = f.getCachedTokens();
+        r->generated = f.getGeneratedTokens();
+        if (f.getReason() == wire::schema::FinishReason::ERROR ||
+            f.getReason() == wire::schema::FinishReason::UNAVAILABLE) {
+          r->error = true;
+          r->error_message = f.getErrorMessage().cStr();
+        }
+        Done();
+        break;
+      }
+      case Envelope::ERROR: {
+        auto e = root.getError();
+        RequestResult* r = result(e.getRequestId());
+        if (r == nullptr || r->end || r->error) return;
+        r->end = now;
+        Fail(e.getRequestId() - 1, e.getMessage().cStr());
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  const Options& o_;
+  std::vector<WorkloadRequest> requests_;
+  std::vector<RequestResult> results_;
+  asio::io_context io_;
+  asio::steady_timer timer_;
+  std::unique_ptr<asio::steady_timer> deadline_timer_;
+  std::vector<std::shared_ptr<wire::Connection>> connections_;
+  size_t next_ = 0;
+  size_t completed_ = 0;
+  int64_t outstanding_ = 0;
+  bool stopping_ = false;
+  Status lost_;
+  Clock::time_point start_, end_;
+};
+
+void AddMetrics(const Samples& before, const Samples& after, PhaseReport* r) {
+  r->have_metrics = true;
+  double total = 0, max_routed = 0;
+  for (const std::string& w : WorkerNames(after)) {
+    const std::string label = "{worker=\"" + w + "\"}";
+    WorkerFigures f;
+    f.routed = Delta(before, after, "chunkserve_router_worker_routed_total" + label);
+    f.prompt_tokens = Delta(before, after, "chunkserve_router_worker_prompt_tokens_total" + label);
+    f.cached_tokens = Delta(before, after, "chunkserve_router_worker_cached_tokens_total" + label);
+    r->workers[w] = f;
+    total += f.routed;
+    max_routed = std::max(max_routed, f.routed);
+  }
+  const double mean = r->workers.empty() ? 0 : total / static_cast<double>(r->workers.size());
+  r->imbalance = mean > 0 ? max_routed / mean : 0;
+  r->predicted_tokens = Delta(before, after, "chunkserve_router_predicted_cached_tokens_total");
+  r->reported_tokens = Delta(before, after, "chunkserve_router_reported_cached_tokens_total");
+  const double overlap = Delta(before, after, "chunkserve_router_overlap_cached_tokens_total");
+  r->precision = r->predicted_tokens > 0 ? overlap / r->predicted_tokens : 1.0;
+}
+
+void PrintTable(const std::vector<PhaseReport>& reports, const std::string& label) {
+  std::printf("\n%s\n", label.empty() ? "loadgen results" : ("loadgen results: " + label).c_str());
+  std::printf("%-8s %6s %5s %7s %9s %9s %9s %9s %9s %8s %9s %9s %9s\n", "phase", "reqs", "err",
+              "hit", "ttft_mean", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99", "req/s", "tok/s",
+              "imbalance", "precision");
+  for (const PhaseReport& r : reports) {
+    std::printf("%-8s %6lld %5lld %6.1f%% %7.1fms %7.1fms %7.1fms %7.1fms %7.1fms %8.2f %9.1f ",
+                r.name.c_str(), static_cast<long long>(r.finished),
+                static_cast<long long>(r.errors), 100 * r.hit_rate, r.ttft_mean_ms, r.ttft_p50_ms,
+                r.ttft_p99_ms, r.e2e_p50_ms, r.e2e_p99_ms, r.requests_per_s, r.output_tokens_per_s);
+    if (r.have_metrics) {
+      std::printf("%9.2f %8.1f%%\n", r.imbalance, 100 * r.precision);
+    } else {
+      std::printf("%9s %9s\n", "-", "-");
+    }
+  }
+  for (const PhaseReport& r : reports) {
+    if (!r.have_metrics) continue;
+    std::printf("\nper worker (%s): routed, hit rate\n", r.name.c_str());
+    for (const auto& [w, f] : r.workers) {
+      std::printf("  %-16s %6.0f  %5.1f%%\n", w.c_str(), f.routed,
+                  f.prompt_tokens > 0 ? 100 * f.cached_tokens / f.prompt_tokens : 0.0);
+    }
+  }
+  for (const PhaseReport& r : reports) {
+    if (r.bad_indices > 0) {
+      std::printf("WARNING: %lld requests of %s saw non-continuous token indices\n",
+                  static_cast<long long>(r.bad_indices), r.name.c_str());
+    }
+    if (!r.first_error.empty()) {
+      std::printf("first error (%s): %s\n", r.name.c_str(), r.first_error.c_str());
+    }
+  }
+}
+
+std::string Json(const std::vector<PhaseReport>& reports, const Options& o) {
+  std::ostringstream j;
+  j << "{\"label\":\"" << o.label << "\",\"phases\":[";
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const PhaseReport& r = reports[i];
+    if (i) j << ",";
+    j << "{\"phase\":\"" << r.name << "\",\"requests\":" << r.requests
+      << ",\"finished\":" << r.finished << ",\"errors\":" << r.errors
+      << ",\"bad_indices\":" << r.bad_indices << ",\"hit_rate\":" << r.hit_rate
+      << ",\"ttft_mean_ms\":" << r.ttft_mean_ms << ",\"ttft_p50_ms\":" << r.ttft_p50_ms
+      << ",\"ttft_p99_ms\":" << r.ttft_p99_ms << ",\"e2e_p50_ms\":" << r.e2e_p50_ms
+      << ",\"e2e_p99_ms\":" << r.e2e_p99_ms << ",\"wall_s\":" << r.wall_s
+      << ",\"requests_per_s\":" << r.requests_per_s
+      << ",\"output_tokens_per_s\":" << r.output_tokens_per_s;
+    if (r.have_metrics) {
+      j << ",\"imbalance\":" << r.imbalance << ",\"precision\":" << r.precision
+        << ",\"predicted_cached_tokens\":" << r.predicted_tokens
+        << ",\"reported_cached_tokens\":" << r.reported_tokens << ",\"workers\":{";
+      bool first = true;
+      for (const auto& [w, f] : r.workers) {
+        if (!first) j << ",";
+        first = false;
+        j << "\"" << w << "\":{\"routed\":" << f.routed << ",\"prompt_tokens\":" << f.prompt_tokens
+          << ",\"cached_tokens\":" << f.cached_tokens << "}";
+      }
+      j << "}";
+    }
+    j << "}";
+  }
+  j << "]}";
+  return j.str();
+}
+
+Result<std::vector<WorkloadRequest>> Collect(Result<std::unique_ptr<WorkloadSource>> source) {
+  if (!source.ok()) return source.status();
+  std::vector<WorkloadRequest> out;
+  while (auto r = source.value()->Next()) out.push_back(std::move(*r));
+  return out;
+}
+
+bool ParseIntList(const std::string& s, std::vector<int32_t>* out) {
+  out->clear();
+  std::istringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1 || v > 1000000) return false;
+    out->push_back(static_cast<int32_t>(v));
+  }
+  return !out->empty();
+}
+
+constexpr char kUsage[] =
+    "usage: chunkserve-loadgen --target HOST:PORT [--metrics HOST:PORT] [--trace FILE.jsonl]\n"
+    "         [--requests N] [--rate R] [--tenants T] [--zipf S] [--prefix-tokens A,B,..]\n"
+    "         [--suffix-tokens MIN,MAX] [--output-tokens MIN,MAX] [--vocab N] [--seed N]\n"
+    "         [--connections N] [--no-control] [--label TEXT] [--json FILE] [--timeout-s N]\n";
+
+int Main(int argc, char** argv) {
+  Options o;
+  o.workload.vocab_size = 1024;  // the built-in tiny model
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (flag == "--no-control") {
+      o.control = false;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "missing value for %s\n%s", flag.c_str(), kUsage);
+      return 2;
+    }
+    const std::string v = argv[++i];
+    char* end = nullptr;
+    bool ok = true;
+    std::vector<int32_t> list;
+    if (flag == "--target") {
+      ok = SplitHostPort(v, &o.host, &o.port);
+    } else if (flag == "--metrics") {
+      ok = SplitHostPort(v, &o.http_host, &o.http_port);
+    } else if (flag == "--trace") {
+      o.trace = v;
+    } else if (flag == "--requests") {
+      o.workload.num_requests = std::strtoll(v.c_str(), &end, 10);
+      ok = *end == '\0' && o.workload.num_requests > 0;
+    } else if (flag == "--rate") {
+      o.workload.arrival_rate = std::strtod(v.c_str(), &end);
+      ok = *end == '\0' && o.workload.arrival_rate > 0;
+    } else if (flag == "--tenants") {
+      o.workload.tenants = static_cast<int32_t>(std::strtol(v.c_str(), &end, 10));
+      ok = *end == '\0' && o.workload.tenants > 0;
+    } else if (flag == "--zipf") {
+      o.workload.zipf_s = std::strtod(v.c_str(), &end);
+      ok = *end == '\0' && o.workload.zipf_s >= 0;
+    } else if (flag == "--prefix-tokens") {
+      ok = ParseIntList(v, &o.workload.prefix_length_bases);
+      if (ok) {
+        o.workload.min_prefix_tokens = 1;
+        o.workload.max_prefix_tokens = 1 << 20;
+      }
+    } else if (flag == "--suffix-tokens" || flag == "--output-tokens") {
+      ok = ParseIntList(v, &list) && list.size() == 2 && list[0] <= list[1];
+      if (ok && flag == "--suffix-tokens") {
+        o.workload.min_suffix_tokens = list[0];
+        o.workload.max_suffix_tokens = list[1];
+      } else if (ok) {
+        o.workload.min_output_tokens = list[0];
+        o.workload.max_output_tokens = list[1];
+      }
+    } else if (flag == "--vocab") {
+      o.workload.vocab_size = static_cast<int32_t>(std::strtol(v.c_str(), &end, 10));
+      ok = *end == '\0' && o.workload.vocab_size > 1;
+    } else if (flag == "--seed") {
+      o.workload.seed = std::strtoull(v.c_str(), &end, 10);
+      ok = *end == '\0';
+    } else if (flag == "--connections") {
+      o.connections = static_cast<int32_t>(std::strtol(v.c_str(), &end, 10));
+      ok = *end == '\0' && o.connections >= 1 && o.connections <= 1024;
+    } else if (flag == "--label") {
+      o.label = v;
+    } else if (flag == "--json") {
+      o.json_path = v;
+    } else if (flag == "--timeout-s") {
+      o.timeout_s = std::strtod(v.c_str(), &end);
+      ok = *end == '\0' && o.timeout_s > 0;
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n%s", flag.c_str(), kUsage);
+      return 2;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "bad value for %s: %s\n", flag.c_str(), v.c_str());
+      return 2;
+    }
+  }
+  if (o.port == 0) {
+    std::fprintf(stderr, "--target is required\n%s", kUsage);
+    return 2;
+  }
+
+  struct PhaseSpec {
+    std::string name;
+    Result<std::vector<WorkloadRequest>> requests;
+  };
+  std::vector<PhaseSpec> phases;
+  if (!o.trace.empty()) {
+    phases.push_back(
+        {"trace", Collect(LoadJsonlTrace(o.trace, o.workload.vocab_size, o.workload.seed))});
+  } else {
+    phases.push_back({"shared", Collect(MakeSyntheticWorkload(o.workload))});
+  }
+  if (o.control) {
+    // The negative control: the synthetic workload's lengths and arrivals, no shared prefixes
+    // (for a trace: the synthetic defaults under the same options).
+    WorkloadOptions control = o.workload;
+    control.shared_prefixes = false;
+    control.seed = o.workload.seed + 1000003;  // tokens unrelated to the shared phase's
+    phases.push_back({"control", Collect(MakeSyntheticWorkload(control))});
+  }
+
+  std::vector<PhaseReport> reports;
+  for (PhaseSpec& spec : phases) {
+    if (!spec.requests.ok()) {
+      std::fprintf(stderr, "workload %s: %s\n", spec.name.c_str(),
+                   spec.requests.status().ToString().c_str());
+      return 1;
+    }
+    std::optional<Samples> before;
+    if (o.http_port != 0) {
+      Result<Samples> s = Scrape(o);
+      if (s.ok()) before = s.value();
+    }
+    Phase phase(o, std::move(spec.requests).value());
+    const Status run = phase.Run();
+    if (!run.ok()) {
+      std::fprintf(stderr, "phase %s: %s\n", spec.name.c_str(), run.ToString().c_str());
+      return 1;
+    }
+    PhaseReport report = phase.Report(spec.name);
+    if (before) {
+      Result<Samples> after = Scrape(o);
+      if (after.ok()) AddMetrics(*before, after.value(), &report);
+    }
+    reports.push_back(std::move(report));
+  }
+  PrintTable(reports, o.label);
+  const std::string json = Json(reports, o);
+  std::printf("\nJSON %s\n", json.c_str());
+  if (!o.json_path.empty()) {
+    FILE* f = std::fopen(o.json_path.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "cannot write %s\n", o.json_path.c_str());
+      return 1;
+    }
+    std::fprintf(f, "%s\n", json.c_str());
+    std::fclose(f);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace chunkserve::router
+
+int main(int argc, char** argv) { return chunkserve::router::Main(argc, argv); }

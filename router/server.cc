@@ -1,0 +1,1170 @@
+#include "router/server.h"
+
+#include <capnp/message.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "runtime/base/logging.h"
+#include "runtime/kvcache/chunk_hash.h"
+#include "runtime/wire/framing.h"
+
+namespace chunkserve::router {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using wire::schema::Envelope;
+using WireFinish = wire::schema::FinishReason;
+
+RouterTime Now() { return Clock::now().time_since_epoch(); }
+
+wire::schema::ErrorCode ToWire(StatusCode code) {
+  const auto v = static_cast<uint16_t>(code);
+  return v <= static_cast<uint16_t>(StatusCode::kAborted) ? static_cast<wire::schema::ErrorCode>(v)
+                                                          : wire::schema::ErrorCode::INTERNAL;
+}
+
+bool Retryable(StatusCode code) {
+  return code == StatusCode::kResourceExhausted || code == StatusCode::kUnavailable;
+}
+
+std::vector<uint8_t> Encode(capnp::MallocMessageBuilder& builder) {
+  Result<std::vector<uint8_t>> bytes = wire::EncodeFrame(builder);
+  return bytes.ok() ? std::move(bytes).value() : std::vector<uint8_t>{};
+}
+
+std::vector<uint8_t> ErrorFrame(uint64_t request_id, const Status& status) {
+  capnp::MallocMessageBuilder builder;
+  auto error = builder.initRoot<Envelope>().initError();
+  error.setRequestId(request_id);
+  error.setCode(ToWire(status.code()));
+  error.setMessage(std::string(status.message()));
+  error.setRetryable(Retryable(status.code()));
+  return Encode(builder);
+}
+
+// Prometheus label values: escape backslash, quote and newline.
+std::string Label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+// One client request as the router carries it across legs (one leg per worker it runs on).
+struct Pending {
+  uint64_t client_connection = 0;
+  uint64_t client_request_id = 0;
+  std::vector<TokenId> prompt;
+  bool has_sampling = false;
+  float temperature = 0;
+  int32_t top_k = 0;
+  float top_p = 1;
+  uint64_t seed = 0;
+  int32_t max_new_tokens = 16;
+  std::vector<uint32_t> stop_tokens;
+  bool has_deadline = false;
+  Clock::time_point deadline;
+  int32_t priority = 0;
+
+  std::vector<uint32_t> sent;  // tokens streamed to the client so far (all legs)
+  WorkerId worker;             // current leg's worker
+  uint64_t upstream = 0;       // current leg's request id on the worker link; 0 = none
+  bool leg_started = false;    // current leg produced its first token
+  int64_t predicted = 0;       // current leg's predicted cached tokens
+  int64_t leg_prompt = 0;      // current leg's prompt tokens (prompt + tokens sent before it)
+  int32_t attempts = 0;
+  std::set<WorkerId> refused;  // workers that refused or failed this request
+  bool cancelled = false;
+  bool client_gone = false;
+  bool done = false;
+  Clock::time_point received;
+};
+
+// One accepted connection: a client, or a worker's control link (decided by its first message).
+struct Peer {
+  enum class Kind { kUnknown, kClient, kWorker };
+  std::shared_ptr<wire::Connection> connection;
+  Kind kind = Kind::kUnknown;
+  WorkerId worker;                                                  // kWorker
+  std::unordered_map<uint64_t, std::shared_ptr<Pending>> requests;  // kClient, by client id
+};
+
+// A member's connections and the requests on it.
+struct WorkerLinks {
+  std::shared_ptr<wire::Connection> control;
+  std::shared_ptr<wire::Connection> data;  // null until connected
+  bool in_core = false;                    // added to RouterCore (routable)
+  bool accepting = true;                   // not draining
+  uint64_t incarnation = 0;                // distinguishes generations under one WorkerId
+  std::set<uint64_t> upstream;             // request ids in flight on it
+  // The last load report, corrected for legs that reached their first token or ended since
+  // (reports lag; a stale report must not keep a finished request's load on the worker).
+  WorkerLoad reported;
+  std::unique_ptr<asio::steady_timer> connect_timer;
+};
+
+// Per worker name (stable across generations): what this router sent it.
+struct NameStats {
+  uint64_t routed = 0;
+  uint64_t finished = 0;
+  uint64_t prompt_tokens = 0;
+  uint64_t cached_tokens = 0;
+  uint64_t predicted_tokens = 0;
+  uint64_t generated_tokens = 0;
+};
+
+class Server final : public RouterServer {
+ public:
+  Server(asio::io_context& io, const RouterOptions& options)
+      : io_(io),
+        options_(options),
+        membership_(options.model, std::chrono::duration_cast<RouterTime>(options.lease)),
+        acceptor_(io),
+        http_acceptor_(io),
+        lease_timer_(io),
+        shutdown_timer_(io) {}
+
+  Status Init() {
+    CHUNKSERVE_ASSIGN_OR_RETURN(PolicyKind kind, ParsePolicyKind(options_.policy));
+    RouterCoreOptions core = options_.core;
+    core.policy_kind = kind;
+    if (membership_.model_known()) core.chain_seeds = {membership_.chain_seed()};
+    CHUNKSERVE_ASSIGN_OR_RETURN(core_, RouterCore::Create(core));
+    if (options_.max_attempts < 1) return Status::InvalidArgument("max_attempts must be >= 1");
+    CHUNKSERVE_RETURN_IF_ERROR(Listen(acceptor_, options_.listen_host, options_.listen_port));
+    if (options_.http_port >= 0) {
+      CHUNKSERVE_RETURN_IF_ERROR(
+          Listen(http_acceptor_, options_.http_host, static_cast<uint16_t>(options_.http_port)));
+    }
+    return Status::Ok();
+  }
+
+  void Start() {
+    Accept();
+    if (http_acceptor_.is_open()) AcceptHttp();
+    ScheduleLeaseCheck();
+  }
+
+  uint16_t port() const override { return acceptor_.local_endpoint().port(); }
+  uint16_t http_port() const override {
+    return http_acceptor_.is_open() ? http_acceptor_.local_endpoint().port() : 0;
+  }
+  size_t workers_alive() const override {
+    size_t n = 0;
+    for (const auto& [id, w] : workers_) n += w.in_core;
+    return n;
+  }
+
+  void Shutdown(std::function<void()> done) override {
+    if (shutting_down_) return;
+    shutting_down_ = true;
+    asio::error_code ignored;
+    acceptor_.close(ignored);
+    lease_timer_.cancel();
+    // Requests in flight end with `unavailable` (retryable); workers stay up.
+    std::vector<std::shared_ptr<Pending>> all;
+    for (auto& [id, p] : upstream_) all.push_back(p);
+    for (auto& p : all) {
+      CancelUpstream(*p);
+      EndLeg(*p);
+      FinishToClient(*p, WireFinish::UNAVAILABLE, Status::Unavailable("router shutting down"), 0);
+    }
+    shutdown_timer_.expires_after(std::chrono::milliseconds(200));  // let frames flush
+    shutdown_timer_.async_wait([this, done = std::move(done)](const asio::error_code&) {
+      asio::error_code e;
+      http_acceptor_.close(e);
+      for (auto& [id, peer] : peers_) peer->connection->Close(Status::Unavailable("router exit"));
+      for (auto& [id, w] : workers_) {
+        if (w.data) w.data->Close(Status::Unavailable("router exit"));
+      }
+      if (done) done();
+    });
+  }
+
+ private:
+  static Status Listen(asio::ip::tcp::acceptor& acceptor, const std::string& host, uint16_t port) {
+    asio::error_code ec;
+    const asio::ip::address address = asio::ip::make_address(host, ec);
+    if (ec) return Status::InvalidArgument("bad listen address: " + host);
+    const asio::ip::tcp::endpoint endpoint(address, port);
+    acceptor.open(endpoint.protocol(), ec);
+    if (!ec) acceptor.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor.bind(endpoint, ec);
+    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return Status::Unavailable("cannot listen on " + host + ":" + std::to_string(port) + ": " +
+                                 ec.message());
+    }
+    return Status::Ok();
+  }
+
+  // --- accepted connections -------------------------------------------------------------------
+
+  void Accept() {
+    acceptor_.async_accept([this](const asio::error_code& ec, asio::ip::tcp::socket socket) {
+      if (ec) {
+        if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+        Accept();
+        return;
+      }
+      connections_total_++;
+      auto connection = wire::Connection::Create(std::move(socket), options_.connection);
+      auto peer = std::make_shared<Peer>();
+      peer->connection = connection;
+      peers_[connection->id()] = peer;
+      std::weak_ptr<Peer> weak = peer;
+      connection->Start(
+          [this, weak](wire::DecodedMessage& m) {
+            if (auto p = weak.lock()) OnPeerMessage(*p, m);
+          },
+          [this, id = connection->id()](const Status& reason) { OnPeerClose(id, reason); });
+      Accept();
+    });
+  }
+
+  void OnPeerClose(uint64_t id, const Status& reason) {
+    auto it = peers_.find(id);
+    if (it == peers_.end()) return;
+    std::shared_ptr<Peer> peer = it->second;
+    peers_.erase(it);
+    if (peer->kind == Peer::Kind::kWorker) {
+      KillWorker(peer->worker, 0, "control link closed: " + reason.ToString());
+      return;
+    }
+    // A client left: cancel its requests on the workers.
+    for (auto& [rid, p] : peer->requests) {
+      p->client_gone = true;
+      p->cancelled = true;
+      CancelUpstream(*p);
+    }
+  }
+
+  void OnPeerMessage(Peer& peer, wire::DecodedMessage& message) {
+    Envelope::Reader root = message.root();
+    if (peer.kind == Peer::Kind::kUnknown) {
+      peer.kind = root.which() == Envelope::REGISTER ? Peer::Kind::kWorker : Peer::Kind::kClient;
+    }
+    if (peer.kind == Peer::Kind::kWorker) {
+      OnWorkerMessage(peer, root);
+      return;
+    }
+    switch (root.which()) {
+      case Envelope::GENERATE:
+        OnGenerate(peer, root.getGenerate());
+        break;
+      case Envelope::CANCEL: {
+        auto it = peer.requests.find(root.getCancel().getRequestId());
+        if (it != peer.requests.end()) {
+          it->second->cancelled = true;
+          CancelUpstream(*it->second);
+        }
+        break;
+      }
+      case Envelope::HEALTH_REQUEST: {
+        capnp::MallocMessageBuilder builder;
+        auto h = builder.initRoot<Envelope>().initHealth();
+        h.setLive(true);
+        h.setReady(Ready());
+        h.setDraining(shutting_down_);
+        h.setGeneration(0);
+        (void)peer.connection->SendBytes(Encode(builder));
+        break;
+      }
+      case Envelope::STATS_REQUEST:
+        SendStats(peer);
+        break;
+      case Envelope::REGISTER:
+        (void)peer.connection->SendBytes(ErrorFrame(
+            0, Status::FailedPrecondition("Register must be the first message of a link")));
+        break;
+      default:
+        (void)peer.connection->SendBytes(
+            ErrorFrame(0, Status::Unimplemented("message kind not served by a router")));
+    }
+  }
+
+  // Router-wide counters in the worker's Stats shape (engine fields the router lacks are 0).
+  void SendStats(Peer& peer) {
+    capnp::MallocMessageBuilder builder;
+    auto st = builder.initRoot<Envelope>().initStats();
+    st.setRequestsSubmitted(requests_total_);
+    st.setRequestsFinished(requests_finished_);
+    st.setPromptTokens(prompt_tokens_total_);
+    st.setPrefixHitTokens(cached_tokens_total_);
+    st.setGeneratedTokens(generated_tokens_total_);
+    st.setRunning(static_cast<int32_t>(upstream_.size()));
+    (void)peer.connection->SendBytes(Encode(builder));
+  }
+
+  // --- workers: registration, control link, data link -----------------------------------------
+
+  void OnWorkerMessage(Peer& peer, Envelope::Reader root) {
+    switch (root.which()) {
+      case Envelope::REGISTER:
+        OnRegister(peer, root.getRegister());
+        break;
+      case Envelope::LOAD_REPORT:
+        OnLoadReport(peer, root.getLoadReport());
+        break;
+      case Envelope::KV_EVENTS:
+        OnKvEvents(peer, root.getKvEvents());
+        break;
+      case Envelope::ERROR:
+        LOG(WARNING) << "worker error: " << root.getError().getMessage().cStr();
+        break;
+      default:
+        break;  // Health / Stats replies and future kinds: nothing to do
+    }
+  }
+
+  void Refuse(Peer& peer, const std::string& reason) {
+    workers_refused_++;
+    LOG(WARNING) << "refusing worker registration: " << reason;
+    capnp::MallocMessageBuilder builder;
+    auto ack = builder.initRoot<Envelope>().initRegisterAck();
+    ack.setAccepted(false);
+    ack.setReason(reason);
+    (void)peer.connection->SendBytes(Encode(builder));
+    // The worker closes the link when it reads the refusal; close it here too, a little later
+    // so the refusal is written first.
+    auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(500));
+    std::weak_ptr<wire::Connection> weak = peer.connection;
+    peer.kind = Peer::Kind::kClient;  // not a member: closing it kills no worker
+    timer->async_wait([timer, weak](const asio::error_code&) {
+      if (auto c = weak.lock()) c->Close(Status::FailedPrecondition("registration refused"));
+    });
+  }
+
+  void OnRegister(Peer& peer, wire::schema::Register::Reader r) {
+    if (peer.worker.valid()) {
+      Refuse(peer, "duplicate Register on one link");
+      return;
+    }
+    Registration reg;
+    reg.name = r.getWorkerId().cStr();
+    reg.model_fingerprint = r.getModelFingerprint();
+    reg.chunk_size = r.getChunkSize();
+    reg.chunk_hash_version = r.getChunkHashVersion();
+    reg.capacity_kv_bytes = r.getCapacityKvBytes();
+    reg.capacity_slots = r.getCapacitySlots();
+    reg.max_batch_size = r.getMaxBatchSize();
+    reg.max_queued = r.getMaxQueued();
+    reg.generation = r.getGeneration();
+    if (Status s = ParseHostPort(r.getAddress().cStr(), &reg.host, &reg.port); !s.ok()) {
+      Refuse(peer, std::string(s.message()));
+      return;
+    }
+    const bool had_model = membership_.model_known();
+    if (Status s = membership_.Validate(reg); !s.ok()) {
+      Refuse(peer, std::string(s.message()));
+      return;
+    }
+    if (!had_model) {
+      const uint64_t seed = membership_.chain_seed();
+      core_->index().SetChainSeeds(std::span<const uint64_t>(&seed, 1));
+    }
+    const WorkerId id = Membership::IdFor(reg.name);
+    // A restarted worker (or a reconnect): the old generation goes first, with its requests.
+    KillWorker(id, 0, "replaced by generation " + std::to_string(reg.generation));
+    membership_.Admit(reg, peer.connection->id(), Now());
+    peer.worker = id;
+    WorkerLinks& links = workers_[id];
+    links.control = peer.connection;
+    links.incarnation = next_incarnation_++;
+    ConnectData(id, reg.host, reg.port);
+  }
+
+  // Opens the data link to the worker's advertised client address; the RegisterAck is sent
+  // once the router can reach it (a worker advertising an unreachable address is refused).
+  void ConnectData(WorkerId id, const std::string& host, uint16_t port) {
+    asio::error_code ec;
+    const asio::ip::address address = asio::ip::make_address(host, ec);
+    auto socket = std::make_shared<asio::ip::tcp::socket>(io_);
+    const uint64_t incarnation = workers_[id].incarnation;
+    auto on_connected = [this, id, incarnation, socket](const asio::error_code& e) {
+      auto it = workers_.find(id);
+      // Died (or was replaced) meanwhile.
+      if (it == workers_.end() || it->second.incarnation != incarnation) return;
+      it->second.connect_timer.reset();
+      if (e) {
+        RefuseMember(id, "router cannot reach the advertised address: " + e.message());
+        return;
+      }
+      OnDataConnected(id, std::move(*socket));
+    };
+    WorkerLinks& links = workers_[id];
+    links.connect_timer = std::make_unique<asio::steady_timer>(io_, options_.connect_timeout);
+    links.connect_timer->async_wait([socket](const asio::error_code& e) {
+      if (!e) {
+        asio::error_code ignored;
+        socket->close(ignored);  // the connect handler then runs with operation_aborted
+      }
+    });
+    if (!ec) {
+      socket->async_connect(asio::ip::tcp::endpoint(address, port), on_connected);
+      return;
+    }
+    // A host name: resolve first.
+    auto resolver = std::make_shared<asio::ip::tcp::resolver>(io_);
+    resolver->async_resolve(
+        host, std::to_string(port),
+        [this, id, incarnation, socket, resolver, on_connected](
+            const asio::error_code& e, asio::ip::tcp::resolver::results_type results) {
+          if (e) {
+            auto it = workers_.find(id);
+            if (it != workers_.end() && it->second.incarnation == incarnation) {
+              RefuseMember(id, "cannot resolve the advertised address: " + e.message());
+            }
+            return;
+          }
+          asio::async_connect(
+              *socket, results,
+              [on_connected](const asio::error_code& ce, const auto&) { on_connected(ce); });
+        });
+  }
+
+  void RefuseMember(WorkerId id, const std::string& reason) {
+    auto it = workers_.find(id);
+    if (it == workers_.end()) return;
+    std::shared_ptr<wire::Connection> control = it->second.control;
+    workers_.erase(it);
+    membership_.Remove(id);
+    auto peer = peers_.find(control->id());
+    if (peer != peers_.end()) {
+      peer->second->worker = WorkerId::Invalid();
+      Refuse(*peer->second, reason);
+    }
+  }
+
+  void OnDataConnected(WorkerId id, asio::ip::tcp::socket socket) {
+    WorkerLinks& links = workers_[id];
+    const Member* member = membership_.Find(id);
+    if (member == nullptr) return;
+    wire::ConnectionOptions copts = options_.connection;
+    copts.handshake_timeout = std::chrono::milliseconds(0);  // the worker speaks when asked
+    copts.idle_timeout = std::chrono::milliseconds(0);
+    links.data = wire::Connection::Create(std::move(socket), copts);
+    const uint64_t incarnation = links.incarnation;
+    links.data->Start([this, id](wire::DecodedMessage& m) { OnUpstreamMessage(id, m); },
+                      [this, id, incarnation](const Status& reason) {
+                        KillWorker(id, incarnation, "data link closed: " + reason.ToString());
+                      });
+    WorkerInfo info;
+    info.id = id;
+    info.name = member->registration.name;
+    info.generation = member->registration.generation;
+    info.max_batch_size = std::max(1, member->registration.max_batch_size);
+    info.max_queued = member->registration.max_queued;
+    info.kv_capacity_tokens = member->registration.capacity_slots;
+    if (Status s = core_->AddWorker(info); !s.ok()) {
+      RefuseMember(id, "router core refused the worker: " + s.ToString());
+      return;
+    }
+    links.in_core = true;
+    workers_registered_++;
+    name_stats_[info.name];  // listed in metrics from now on
+    capnp::MallocMessageBuilder builder;
+    auto ack = builder.initRoot<Envelope>().initRegisterAck();
+    ack.setAccepted(true);
+    (void)links.control->SendBytes(Encode(builder));
+    LOG(INFO) << "worker " << info.name << " generation " << info.generation << " joined as " << id;
+  }
+
+  void OnLoadReport(Peer& peer, wire::schema::LoadReport::Reader r) {
+    Member* member = membership_.Find(peer.worker);
+    auto it = workers_.find(peer.worker);
+    if (member == nullptr || it == workers_.end()) return;
+    (void)membership_.Renew(peer.worker, Now());
+    member->load_reports++;
+    member->free_kv_bytes = r.getFreeKvBytes();
+    member->reported_in_flight = r.getInFlightRequests();
+    member->draining = r.getDraining();
+    if (!it->second.in_core) return;
+    WorkerLoad load;
+    load.queued_prefill_tokens = r.getQueuedPrefillTokens();
+    load.running_sequences = r.getRunningSequences();
+    load.queued_requests = r.getQueuedRequests();
+    load.free_kv_slots = r.getFreeKvSlots();
+    load.prefill_tokens_per_s = r.getPrefillTokensPerS();
+    load.decode_tokens_per_s = r.getDecodeTokensPerS();
+    load.draining = r.getDraining();
+    it->second.reported = load;
+    (void)core_->UpdateLoad(peer.worker, load);
+    if (it->second.accepting == r.getDraining()) {
+      it->second.accepting = !r.getDraining();
+      (void)core_->SetAccepting(peer.worker, it->second.accepting);
+    }
+  }
+
+  void OnKvEvents(Peer& peer, wire::schema::KvEvents::Reader ev) {
+    auto it = workers_.find(peer.worker);
+    if (it == workers_.end()) return;
+    (void)membership_.Renew(peer.worker, Now());
+    KvEventBatch batch;
+    batch.generation = ev.getGeneration();
+    batch.sequence = ev.getSequence();
+    batch.snapshot = ev.getSnapshot();
+    batch.stored.reserve(ev.getStored().size());
+    for (auto s : ev.getStored()) batch.stored.push_back({s.getHash(), s.getParentHash()});
+    batch.evicted.reserve(ev.getEvicted().size());
+    for (uint64_t h : ev.getEvicted()) batch.evicted.push_back(h);
+    kv_batches_++;
+    Result<KvApplyOutcome> outcome = core_->ApplyKvEvents(peer.worker, batch);
+    if (!outcome.ok()) {
+      LOG(WARNING) << "bad KV events from " << peer.worker << ": " << outcome.status();
+      return;
+    }
+    if (outcome.value() == KvApplyOutcome::kNeedSnapshot) {
+      kv_resubscribes_++;
+      capnp::MallocMessageBuilder builder;
+      builder.initRoot<Envelope>().initSubscribeKv().setLastGeneration(batch.generation);
+      (void)peer.connection->SendBytes(Encode(builder));
+    }
+  }
+
+  // A worker generation is gone: drop it everywhere at once and move its requests. With
+  // incarnation != 0 only that incarnation is killed (a late close of an older link is ignored).
+  void KillWorker(WorkerId id, uint64_t incarnation, const std::string& why) {
+    auto it = workers_.find(id);
+    if (it == workers_.end()) return;
+    if (incarnation != 0 && it->second.incarnation != incarnation) return;
+    WorkerLinks links = std::move(it->second);
+    workers_.erase(it);
+    const Member* member = membership_.Find(id);
+    const std::string name = member ? member->registration.name : "?";
+    membership_.Remove(id);
+    if (links.in_core) {
+      (void)core_->RemoveWorker(id);
+      workers_dead_++;
+    }
+    LOG(WARNING) << "worker " << name << " (" << id << ") removed: " << why;
+    if (links.connect_timer) links.connect_timer->cancel();
+    if (links.control) links.control->Close(Status::Unavailable("worker removed: " + why));
+    if (links.data) links.data->Close(Status::Unavailable("worker removed: " + why));
+    auto peer = links.control ? peers_.find(links.control->id()) : peers_.end();
+    if (peer != peers_.end()) peer->second->worker = WorkerId::Invalid();
+    for (uint64_t up : links.upstream) {
+      auto pit = upstream_.find(up);
+      if (pit == upstream_.end()) continue;
+      std::shared_ptr<Pending> p = pit->second;
+      EndLeg(*p);
+      p->refused.insert(id);
+      if (p->sent.empty()) {
+        rerouted_++;
+      } else {
+        migrated_++;
+      }
+      Dispatch(p);
+    }
+  }
+
+  void ScheduleLeaseCheck() {
+    const auto period = std::max(std::chrono::milliseconds(20), options_.lease / 4);
+    lease_timer_.expires_after(period);
+    lease_timer_.async_wait([this](const asio::error_code& ec) {
+      if (ec || shutting_down_) return;
+      for (WorkerId id : membership_.Expired(Now())) {
+        workers_expired_++;
+        KillWorker(id, 0, "lease expired (no load report)");
+      }
+      core_->index().ExpireDecisions(Now());
+      ScheduleLeaseCheck();
+    });
+  }
+
+  // --- requests -------------------------------------------------------------------------------
+
+  void OnGenerate(Peer& peer, wire::schema::Generate::Reader g) {
+    const uint64_t rid = g.getRequestId();
+    requests_total_++;
+    auto reject = [&](const Status& s) {
+      requests_rejected_++;
+      (void)peer.connection->SendBytes(ErrorFrame(rid, s));
+    };
+    if (shutting_down_) return reject(Status::Unavailable("router is shutting down"));
+    if (peer.requests.count(rid) != 0) {
+      return reject(Status::AlreadyExists("request id already in flight on this connection"));
+    }
+    if (g.getPrompt().size() == 0) return reject(Status::InvalidArgument("empty prompt"));
+    if (g.getMaxNewTokens() < 1)
+      return reject(Status::InvalidArgument("maxNewTokens must be >= 1"));
+    auto p = std::make_shared<Pending>();
+    p->client_connection = peer.connection->id();
+    p->client_request_id = rid;
+    p->received = Clock::now();
+    p->prompt.reserve(g.getPrompt().size());
+    for (uint32_t t : g.getPrompt()) {
+      if (t > static_cast<uint32_t>(INT32_MAX)) {
+        return reject(Status::InvalidArgument("token id out of range"));
+      }
+      p->prompt.push_back(static_cast<TokenId>(t));
+    }
+    for (uint32_t t : g.getStopTokens()) p->stop_tokens.push_back(t);
+    if (g.hasSampling()) {
+      auto s = g.getSampling();
+      p->has_sampling = true;
+      p->temperature = s.getTemperature();
+      p->top_k = s.getTopK();
+      p->top_p = s.getTopP();
+      p->seed = s.getSeed();
+    }
+    p->max_new_tokens = g.getMaxNewTokens();
+    p->priority = g.getPriority();
+    if (g.getDeadlineMs() > 0) {
+      p->has_deadline = true;
+      p->deadline = p->received + std::chrono::milliseconds(g.getDeadlineMs());
+    }
+    prompt_tokens_total_ += p->prompt.size();
+    peer.requests[rid] = p;
+    Dispatch(p);
+  }
+
+  // Routes (or re-routes) a request to a worker and forwards it there. Ends it when it cannot.
+  void Dispatch(const std::shared_ptr<Pending>& p) {
+    if (p->done) return;
+    if (p->cancelled || p->client_gone) {
+      FinishToClient(*p, WireFinish::CANCELLED, Status::Ok(), 0);
+      return;
+    }
+    if (!p->sent.empty() && std::find(p->stop_tokens.begin(), p->stop_tokens.end(),
+                                      p->sent.back()) != p->stop_tokens.end()) {
+      // The stop token reached the client; only the Finish was lost with the worker.
+      FinishToClient(*p, WireFinish::STOP_TOKEN, Status::Ok(), 0);
+      return;
+    }
+    const int32_t remaining = p->max_new_tokens - static_cast<int32_t>(p->sent.size());
+    if (remaining <= 0) {  // every token arrived; only the Finish was lost with the worker
+      FinishToClient(*p, WireFinish::LENGTH, Status::Ok(), 0);
+      return;
+    }
+    int32_t deadline_ms = 0;
+    if (p->has_deadline) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(p->deadline - Clock::now());
+      if (left.count() <= 0) {
+        FinishToClient(*p, WireFinish::DEADLINE, Status::DeadlineExceeded("deadline passed"), 0);
+        return;
+      }
+      deadline_ms = static_cast<int32_t>(std::min<int64_t>(left.count(), INT32_MAX));
+    }
+    if (++p->attempts > options_.max_attempts) {
+      Fail(*p, Status::ResourceExhausted("no worker could take the request after " +
+                                         std::to_string(options_.max_attempts) + " attempts"));
+      return;
+    }
+    if (!membership_.model_known() || workers_alive() == 0) {
+      Fail(*p, Status::Unavailable("no workers available"));
+      return;
+    }
+    std::vector<TokenId> full = p->prompt;
+    for (uint32_t t : p->sent) full.push_back(static_cast<TokenId>(t));
+    Result<RoutingRequest> rr = MakeRoutingRequest(membership_.chain_seed(),
+                                                   membership_.model().chunk_size, full, remaining);
+    if (!rr.ok()) {
+      Fail(*p, rr.status());
+      return;
+    }
+    // Workers that refused this request, and (with a hard bound) workers at it, sit this pick
+    // out; their accepting flags are restored right after.
+    std::vector<WorkerId> excluded;
+    bool capped = false;
+    for (const WorkerState& w : core_->workers()) {
+      if (!w.accepting) continue;
+      const bool at_cap = options_.max_in_flight_per_worker > 0 &&
+                          core_->loads().InFlight(w.info.id) >= options_.max_in_flight_per_worker;
+      capped |= at_cap;
+      if (at_cap || p->refused.count(w.info.id) != 0) excluded.push_back(w.info.id);
+    }
+    for (WorkerId w : excluded) (void)core_->SetAccepting(w, false);
+    const uint64_t up = next_upstream_++;
+    Result<RoutingDecision> decision = core_->Route(RequestId(up), rr.value(), Now());
+    for (WorkerId w : excluded) (void)core_->SetAccepting(w, true);
+    if (!decision.ok()) {
+      if (capped || !p->refused.empty()) {
+        overloaded_++;
+        Fail(*p, Status::ResourceExhausted("every worker is at its load cap or refused; retry"));
+      } else {
+        Fail(*p, Status::Unavailable("no workers accepting: " + decision.status().ToString()));
+      }
+      return;
+    }
+    const RoutingDecision& d = decision.value();
+    auto wit = workers_.find(d.worker);
+    if (wit == workers_.end() || !wit->second.data) {
+      (void)core_->OnFinished(RequestId(up));
+      p->refused.insert(d.worker);
+      Dispatch(p);
+      return;
+    }
+    capnp::MallocMessageBuilder builder;
+    auto g = builder.initRoot<Envelope>().initGenerate();
+    g.setRequestId(up);
+    auto prompt = g.initPrompt(static_cast<unsigned>(full.size()));
+    for (size_t i = 0; i < full.size(); ++i) {
+      prompt.set(static_cast<unsigned>(i), static_cast<uint32_t>(full[i]));
+    }
+    if (p->has_sampling) {
+      auto s = g.initSampling();
+      s.setTemperature(p->temperature);
+      s.setTopK(p->top_k);
+      s.setTopP(p->top_p);
+      s.setSeed(p->seed);
+    }
+    g.setMaxNewTokens(remaining);
+    auto stop = g.initStopTokens(static_cast<unsigned>(p->stop_tokens.size()));
+    for (size_t i = 0; i < p->stop_tokens.size(); ++i) {
+      stop.set(static_cast<unsigned>(i), p->stop_tokens[i]);
+    }
+    g.setDeadlineMs(static_cast<uint32_t>(deadline_ms));
+    g.setPriority(p->priority);
+    if (!wit->second.data->Send(builder).ok()) {
+      (void)core_->OnFinished(RequestId(up));
+      p->refused.insert(d.worker);
+      Dispatch(p);
+      return;
+    }
+    p->worker = d.worker;
+    p->upstream = up;
+    p->leg_started = false;
+    p->predicted = d.predicted_cached_tokens;
+    p->leg_prompt = static_cast<int64_t>(full.size());
+    upstream_[up] = p;
+    wit->second.upstream.insert(up);
+    const Member* member = membership_.Find(d.worker);
+    if (member != nullptr) {
+      NameStats& ns = name_stats_[member->registration.name];
+      ns.routed++;
+      ns.predicted_tokens += static_cast<uint64_t>(std::max<int64_t>(0, d.predicted_cached_tokens));
+    }
+    decisions_[std::string(DecisionReasonName(d.reason))]++;
+  }
+
+  // Takes a leg's share out of the worker's last reported load (see WorkerLinks::reported):
+  // its pending prefill at the first token, its sequence when it ends.
+  void CorrectReported(const Pending& p, bool first_token, bool ended) {
+    auto wit = workers_.find(p.worker);
+    if (wit == workers_.end() || !wit->second.in_core) return;
+    WorkerLoad& l = wit->second.reported;
+    if (first_token) {
+      const auto prefill = static_cast<uint64_t>(p.leg_prompt);
+      l.queued_prefill_tokens -= std::min(l.queued_prefill_tokens, prefill);
+    }
+    if (ended && l.running_sequences > 0) l.running_sequences--;
+    (void)core_->UpdateLoad(p.worker, l);
+  }
+
+  // Detaches the current leg (worker-side bookkeeping); the request itself lives on.
+  void EndLeg(Pending& p) {
+    if (p.upstream == 0) return;
+    CorrectReported(p, !p.leg_started, true);
+    (void)core_->OnFinished(RequestId(p.upstream));
+    auto wit = workers_.find(p.worker);
+    if (wit != workers_.end()) wit->second.upstream.erase(p.upstream);
+    upstream_.erase(p.upstream);
+    p.upstream = 0;
+  }
+
+  void CancelUpstream(Pending& p) {
+    if (p.upstream == 0) return;
+    auto wit = workers_.find(p.worker);
+    if (wit == workers_.end() || !wit->second.data) return;
+    capnp::MallocMessageBuilder builder;
+    builder.initRoot<Envelope>().initCancel().setRequestId(p.upstream);
+    (void)wit->second.data->Send(builder);
+  }
+
+  Peer* ClientOf(const Pending& p) {
+    auto it = peers_.find(p.client_connection);
+    return it == peers_.end() ? nullptr : it->second.get();
+  }
+
+  // Ends a request that was never admitted anywhere with an Error, or one that streamed with a
+  // Finish carrying the error.
+  void Fail(Pending& p, const Status& status) {
+    if (p.sent.empty()) {
+      if (p.done) return;
+      p.done = true;
+      requests_rejected_++;
+      if (Peer* c = ClientOf(p)) {
+        (void)c->connection->SendBytes(ErrorFrame(p.client_request_id, status));
+        c->requests.erase(p.client_request_id);
+      }
+      return;
+    }
+    FinishToClient(p, Retryable(status.code()) ? WireFinish::UNAVAILABLE : WireFinish::ERROR,
+                   status, 0);
+  }
+
+  void FinishToClient(Pending& p, WireFinish reason, const Status& error, int32_t cached) {
+    if (p.done) return;
+    p.done = true;
+    requests_finished_++;
+    Peer* c = ClientOf(p);
+    if (c == nullptr) return;
+    capnp::MallocMessageBuilder builder;
+    auto f = builder.initRoot<Envelope>().initFinish();
+    f.setRequestId(p.client_request_id);
+    f.setReason(reason);
+    f.setErrorCode(ToWire(error.code()));
+    f.setErrorMessage(std::string(error.message()));
+    f.setPromptTokens(static_cast<int32_t>(p.prompt.size()));
+    f.setCachedTokens(cached);
+    f.setGeneratedTokens(static_cast<int32_t>(p.sent.size()));
+    (void)c->connection->SendBytes(Encode(builder));
+    c->requests.erase(p.client_request_id);
+  }
+
+  void OnUpstreamMessage(WorkerId worker, wire::DecodedMessage& message) {
+    Envelope::Reader root = message.root();
+    switch (root.which()) {
+      case Envelope::TOKEN:
+        OnUpstreamToken(root.getToken());
+        break;
+      case Envelope::FINISH:
+        OnUpstreamFinish(worker, root.getFinish());
+        break;
+      case Envelope::ERROR:
+        OnUpstreamError(worker, root.getError());
+        break;
+      default:
+        break;
+    }
+  }
+
+  std::shared_ptr<Pending> FindUpstream(uint64_t up) {
+    auto it = upstream_.find(up);
+    return it == upstream_.end() ? nullptr : it->second;
+  }
+
+  void OnUpstreamToken(wire::schema::Token::Reader t) {
+    std::shared_ptr<Pending> p = FindUpstream(t.getRequestId());
+    if (!p || p->done) return;
+    if (!p->leg_started) {
+      p->leg_started = true;
+      // Releases the leg's pending prefill in the load tracker. The wire reports cached tokens
+      // only in Finish, so the core's own precision figure cannot be fed here; the server keeps
+      // precision itself (precision_, at Finish) and passes the prediction to the core.
+      (void)core_->OnFirstToken(RequestId(p->upstream), p->predicted);
+      CorrectReported(*p, true, false);
+    }
+    if (p->client_gone) return;
+    const auto index = static_cast<int32_t>(p->sent.size());
+    p->sent.push_back(t.getToken());
+    generated_tokens_total_++;
+    Peer* c = ClientOf(*p);
+    if (c == nullptr) return;
+    capnp::MallocMessageBuilder builder;
+    auto token = builder.initRoot<Envelope>().initToken();
+    token.setRequestId(p->client_request_id);
+    token.setToken(t.getToken());
+    token.setIndex(index);
+    if (!c->connection->SendBytes(Encode(builder)).ok()) {
+      // The client does not keep up: stop generating for it.
+      p->cancelled = true;
+      CancelUpstream(*p);
+    }
+  }
+
+  void OnUpstreamFinish(WorkerId worker, wire::schema::Finish::Reader f) {
+    std::shared_ptr<Pending> p = FindUpstream(f.getRequestId());
+    if (!p) return;
+    const int64_t predicted = p->predicted;
+    EndLeg(*p);
+    if (f.getReason() == WireFinish::UNAVAILABLE && !p->cancelled && !p->client_gone) {
+      // The worker is going away (drain deadline, failure): continue elsewhere.
+      p->refused.insert(worker);
+      if (p->sent.empty()) {
+        rerouted_++;
+      } else {
+        migrated_++;
+      }
+      Dispatch(p);
+      return;
+    }
+    const int32_t cached = std::max(0, f.getCachedTokens());
+    const int32_t prompt_tokens = std::max(0, f.getPromptTokens());
+    if (p->leg_started || f.getReason() != WireFinish::CANCELLED) {
+      precision_.Add(predicted, cached);
+    }
+    if (const Member* m = membership_.Find(worker)) {
+      NameStats& ns = name_stats_[m->registration.name];
+      ns.finished++;
+      ns.prompt_tokens += static_cast<uint64_t>(prompt_tokens);
+      ns.cached_tokens += static_cast<uint64_t>(cached);
+      ns.generated_tokens += static_cast<uint64_t>(std::max(0, f.getGeneratedTokens()));
+    }
+    cached_tokens_total_ += static_cast<uint64_t>(cached);
+    worker_prompt_tokens_total_ += static_cast<uint64_t>(prompt_tokens);
+    const Status error =
+        f.getErrorCode() == wire::schema::ErrorCode::OK
+            ? Status::Ok()
+            : Status(static_cast<StatusCode>(f.getErrorCode()), f.getErrorMessage().cStr());
+    // Cached tokens are reported against the original prompt (a migrated leg's prompt is
+    // longer: its extra tokens are not prompt tokens to the client).
+    FinishToClient(*p, f.getReason(), error,
+                   std::min(cached, static_cast<int32_t>(p->prompt.size())));
+  }
+
+  void OnUpstreamError(WorkerId worker, wire::schema::Error::Reader e) {
+    if (e.getRequestId() == 0) {
+      LOG(WARNING) << "worker " << worker << " link error: " << e.getMessage().cStr();
+      return;
+    }
+    std::shared_ptr<Pending> p = FindUpstream(e.getRequestId());
+    if (!p) return;
+    EndLeg(*p);
+    if (e.getRetryable() && !p->cancelled && !p->client_gone) {
+      worker_refusals_++;
+      p->refused.insert(worker);
+      Dispatch(p);
+      return;
+    }
+    if (p->cancelled || p->client_gone) {
+      FinishToClient(*p, WireFinish::CANCELLED, Status::Ok(), 0);
+      return;
+    }
+    Fail(*p, Status(static_cast<StatusCode>(e.getCode()), e.getMessage().cStr()));
+  }
+
+  // --- HTTP -----------------------------------------------------------------------------------
+
+  bool Ready() const { return !shutting_down_ && workers_alive() > 0; }
+
+  struct HttpRequest {
+    explicit HttpRequest(asio::ip::tcp::socket s)
+        : socket(std::move(s)), timer(socket.get_executor()) {}
+    asio::ip::tcp::socket socket;
+    asio::steady_timer timer;
+    std::string buffer;
+    std::string response;
+  };
+
+  void AcceptHttp() {
+    http_acceptor_.async_accept([this](const asio::error_code& ec, asio::ip::tcp::socket socket) {
+      if (ec) {
+        if (ec == asio::error::operation_aborted || !http_acceptor_.is_open()) return;
+        AcceptHttp();
+        return;
+      }
+      auto req = std::make_shared<HttpRequest>(std::move(socket));
+      req->timer.expires_after(std::chrono::seconds(5));
+      req->timer.async_wait([req](const asio::error_code& e) {
+        if (!e) {
+          asio::error_code ignored;
+          req->socket.close(ignored);
+        }
+      });
+      asio::async_read_until(
+          req->socket, asio::dynamic_buffer(req->buffer, 8192), "\r\n\r\n",
+          [this, req](const asio::error_code& e, size_t) {
+            if (e) {
+              asio::error_code ignored;
+              req->socket.close(ignored);
+              req->timer.cancel();
+              return;
+            }
+            req->response = HandleHttp(req->buffer);
+            asio::async_write(req->socket, asio::buffer(req->response),
+                              [req](const asio::error_code&, size_t) {
+                                asio::error_code ignored;
+                                req->socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+                                req->socket.close(ignored);
+                                req->timer.cancel();
+                              });
+          });
+      AcceptHttp();
+    });
+  }
+
+  std::string HandleHttp(const std::string& request) {
+    const size_t line_end = request.find("\r\n");
+    const std::string line = request.substr(0, line_end);
+    const size_t sp1 = line.find(' ');
+    const size_t sp2 = sp1 == std::string::npos ? std::string::npos : line.find(' ', sp1 + 1);
+    bool head = false;
+    auto reply = [&head](int code, const char* reason, const std::string& type,
+                         const std::string& body) {
+      return "HTTP/1.1 " + std::to_string(code) + " " + reason + "\r\nContent-Type: " + type +
+             "\r\nContent-Length: " + std::to_string(body.size()) +
+             "\r\nConnection: close\r\n\r\n" + (head ? std::string() : body);
+    };
+    if (sp1 == std::string::npos || sp2 == std::string::npos) {
+      return reply(400, "Bad Request", "text/plain", "bad request\n");
+    }
+    const std::string method = line.substr(0, sp1);
+    head = method == "HEAD";
+    std::string path = line.substr(sp1 + 1, sp2 - sp1 - 1);
+    if (const size_t q = path.find('?'); q != std::string::npos) path.resize(q);
+    if (method != "GET" && method != "HEAD") {
+      return reply(405, "Method Not Allowed", "text/plain", "only GET\n");
+    }
+    if (path == "/livez") return reply(200, "OK", "text/plain", "ok\n");
+    if (path == "/readyz") {
+      return Ready() ? reply(200, "OK", "text/plain", "ready\n")
+                     : reply(503, "Service Unavailable", "text/plain",
+                             shutting_down_ ? "shutting down\n" : "no worker alive\n");
+    }
+    if (path == "/metrics") return reply(200, "OK", "text/plain; version=0.0.4", Metrics());
+    return reply(404, "Not Found", "text/plain", "not found\n");
+  }
+
+  std::string Metrics() {
+    std::ostringstream o;
+    auto counter = [&o](const char* name, const char* help, uint64_t v) {
+      o << "# HELP chunkserve_router_" << name << " " << help << "\n# TYPE chunkserve_router_"
+        << name << " counter\nchunkserve_router_" << name << " " << v << "\n";
+    };
+    auto gauge = [&o](const char* name, const char* help, double v) {
+      o << "# HELP chunkserve_router_" << name << " " << help << "\n# TYPE chunkserve_router_"
+        << name << " gauge\nchunkserve_router_" << name << " " << v << "\n";
+    };
+    counter("requests_total", "Generate requests received from clients.", requests_total_);
+    counter("requests_finished_total", "Requests that ended with a Finish.", requests_finished_);
+    counter("requests_rejected_total", "Requests answered with an Error (not admitted).",
+            requests_rejected_);
+    counter("requests_overloaded_total",
+            "Requests refused because every worker was at its load cap or refused.", overloaded_);
+    counter("requests_rerouted_total",
+            "Unstarted requests routed again after their worker died or went away.", rerouted_);
+    counter("requests_migrated_total",
+            "Streaming requests moved to another worker (prompt + sent tokens).", migrated_);
+    counter("worker_refusals_total", "Retryable refusals by workers (retried elsewhere).",
+            worker_refusals_);
+    counter("prompt_tokens_total", "Prompt tokens of client requests.", prompt_tokens_total_);
+    counter("generated_tokens_total", "Tokens streamed to clients.", generated_tokens_total_);
+    counter("reported_cached_tokens_total",
+            "Prompt tokens the workers reported as prefix-cache hits (Finish.cachedTokens).",
+            precision_.reported_tokens);
+    counter("predicted_cached_tokens_total", "Prompt tokens the router predicted as cached.",
+            precision_.predicted_tokens);
+    counter("overlap_cached_tokens_total", "Sum of min(predicted, reported) cached tokens.",
+            precision_.overlap_tokens);
+    gauge("routing_precision", "overlap / predicted cached tokens (1 when none predicted).",
+          precision_.Precision());
+    gauge("routing_recall", "overlap / reported cached tokens (1 when none reported).",
+          precision_.Recall());
+    gauge("prefix_hit_rate", "Reported cached tokens / prompt tokens of finished legs.",
+          worker_prompt_tokens_total_ == 0 ? 0.0
+                                           : static_cast<double>(cached_tokens_total_) /
+                                                 static_cast<double>(worker_prompt_tokens_total_));
+    const PrefixIndexStats is = core_->index().Stats();
+    gauge("index_bytes", "Accounted bytes of the prefix index (chunks + decisions).",
+          static_cast<double>(is.bytes_used + is.decision_bytes));
+    gauge("index_chunk_nodes", "Distinct chunk hashes indexed.",
+          static_cast<double>(is.chunk_nodes));
+    gauge("index_holder_entries", "(chunk hash, worker) pairs indexed.",
+          static_cast<double>(is.holder_entries));
+    counter("index_gaps_total", "KV event sequence gaps detected.", is.gaps);
+    counter("kv_event_batches_total", "KV event batches received.", kv_batches_);
+    counter("kv_resubscribes_total", "SubscribeKv sent after a gap.", kv_resubscribes_);
+    gauge("workers_alive", "Worker generations registered and routable.",
+          static_cast<double>(workers_alive()));
+    counter("workers_registered_total", "Worker registrations accepted.", workers_registered_);
+    counter("workers_refused_total", "Worker registrations refused.", workers_refused_);
+    counter("workers_dead_total", "Worker generations dropped (link lost, lease, replaced).",
+            workers_dead_);
+    counter("workers_lease_expired_total", "Workers dropped because their lease expired.",
+            workers_expired_);
+    gauge("in_flight", "Requests forwarded to workers and not finished.",
+          static_cast<double>(upstream_.size()));
+    counter("connections_total", "Connections accepted.", connections_total_);
+    o << "# HELP chunkserve_router_decisions_total Routing decisions by reason.\n"
+      << "# TYPE chunkserve_router_decisions_total counter\n";
+    for (const auto& [reason, n] : decisions_) {
+      o << "chunkserve_router_decisions_total{reason=\"" << Label(reason) << "\"} " << n << "\n";
+    }
+    auto per_worker = [&](const char* name, const char* help, uint64_t NameStats::*field) {
+      o << "# HELP chunkserve_router_" << name << " " << help << "\n# TYPE chunkserve_router_"
+        << name << " counter\n";
+      for (const auto& [worker, ns] : name_stats_) {
+        o << "chunkserve_router_" << name << "{worker=\"" << Label(worker) << "\"} " << ns.*field
+          << "\n";
+      }
+    };
+    per_worker("worker_routed_total", "Requests (legs) routed to each worker.", &NameStats::routed);
+    per_worker("worker_finished_total", "Legs finished by each worker.", &NameStats::finished);
+    per_worker("worker_prompt_tokens_total", "Prompt tokens of legs finished by each worker.",
+               &NameStats::prompt_tokens);
+    per_worker("worker_cached_tokens_total", "Cached prompt tokens reported by each worker.",
+               &NameStats::cached_tokens);
+    per_worker("worker_predicted_cached_tokens_total",
+               "Cached prompt tokens predicted for each worker.", &NameStats::predicted_tokens);
+    per_worker("worker_generated_tokens_total", "Tokens generated by each worker.",
+               &NameStats::generated_tokens);
+    o << "# HELP chunkserve_router_worker_up 1 while a generation of the worker is routable.\n"
+      << "# TYPE chunkserve_router_worker_up gauge\n";
+    for (const auto& [worker, ns] : name_stats_) {
+      int up = 0;
+      for (const auto& [id, m] : membership_.members()) {
+        auto it = workers_.find(id);
+        up |= m.registration.name == worker && it != workers_.end() && it->second.in_core;
+      }
+      o << "chunkserve_router_worker_up{worker=\"" << Label(worker) << "\"} " << up << "\n";
+    }
+    return o.str();
+  }
+
+  asio::io_context& io_;
+  const RouterOptions options_;
+  Membership membership_;
+  std::unique_ptr<RouterCore> core_;
+  asio::ip::tcp::acceptor acceptor_;
+  asio::ip::tcp::acceptor http_acceptor_;
+  asio::steady_timer lease_timer_;
+  asio::steady_timer shutdown_timer_;
+  bool shutting_down_ = false;
+
+  std::unordered_map<uint64_t, std::shared_ptr<Peer>> peers_;  // by connection id
+  std::map<WorkerId, WorkerLinks> workers_;
+  std::unordered_map<uint64_t, std::shared_ptr<Pending>> upstream_;  // by upstream request id
+  uint64_t next_upstream_ = 1;
+  uint64_t next_incarnation_ = 1;
+
+  PrecisionStats precision_;
+  std::map<std::string, NameStats> name_stats_;
+  std::map<std::string, uint64_t> decisions_;
+  uint64_t requests_total_ = 0;
+  uint64_t requests_finished_ = 0;
+  uint64_t requests_rejected_ = 0;
+  uint64_t overloaded_ = 0;
+  uint64_t rerouted_ = 0;
+  uint64_t migrated_ = 0;
+  uint64_t worker_refusals_ = 0;
+  uint64_t prompt_tokens_total_ = 0;
+  uint64_t generated_tokens_total_ = 0;
+  uint64_t cached_tokens_total_ = 0;
+  uint64_t worker_prompt_tokens_total_ = 0;
+  uint64_t kv_batches_ = 0;
+  uint64_t kv_resubscribes_ = 0;
+  uint64_t workers_registered_ = 0;
+  uint64_t workers_refused_ = 0;
+  uint64_t workers_dead_ = 0;
+  uint64_t workers_expired_ = 0;
+  uint64_t connections_total_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<RouterServer>> RouterServer::Create(asio::io_context& io,
+                                                           const RouterOptions& options) {
+  auto server = std::make_unique<Server>(io, options);
+  CHUNKSERVE_RETURN_IF_ERROR(server->Init());
+  server->Start();
+  return std::unique_ptr<RouterServer>(std::move(server));
+}
+
+}  // namespace chunkserve::router

@@ -1,0 +1,79 @@
+// RouterServer: the chunkserve-router process body -- client listener, worker membership and
+// links, routing through RouterCore (router/routing.h), failover, HTTP probes and metrics.
+//
+// One listener serves both roles: a connection whose first message is Register is a worker's
+// control link (RegisterAck, then KV events and LoadReports from the worker, SubscribeKv from the
+// router after a sequence gap); any other connection is a client speaking the worker's client
+// protocol (Generate -> Token* Finish | Error, Cancel, HealthRequest), so a client can talk to a
+// router or a worker alike.
+//
+// For every accepted worker generation the router opens a data link to the worker's advertised
+// client address and forwards requests on it under router-chosen request ids. Per Generate: the
+// prompt's full leading chunks are hashed (kv::FullChunkHashes with the cluster seed), the policy
+// picks (RouterCore::Route counts the request at pick time), the request is forwarded, tokens are
+// streamed back with the client's request id. Cancel and client disconnect are propagated.
+//
+// Failover: a worker whose control or data link drops, or whose lease (LoadReports) lapses, is
+// dead: its index entries and load are dropped at once, and every request on it is routed again.
+// A request that had streamed k tokens migrates: the new worker gets prompt + those k tokens with
+// maxNewTokens reduced by k, and its token indices are shifted by k, so the client sees each
+// token exactly once with continuous indices (with greedy sampling the output is the same as an
+// uninterrupted run). A retryable refusal (resourceExhausted / unavailable) or an `unavailable`
+// Finish before completion also moves the request elsewhere. Attempts are bounded; when no
+// worker can take a request it gets a retryable Error (never queued at the router).
+//
+// Overload: besides the policy's load cap, `max_in_flight_per_worker` (> 0) is a hard bound on
+// this router's requests in flight per worker; workers at it are not picked.
+//
+// Thread safety: everything runs on the caller's io_context thread (Create before it runs).
+#ifndef CHUNKSERVE_ROUTER_SERVER_H_
+#define CHUNKSERVE_ROUTER_SERVER_H_
+
+#include <asio.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "router/membership.h"
+#include "router/routing.h"
+#include "runtime/base/status.h"
+#include "runtime/wire/connection.h"
+
+namespace chunkserve::router {
+
+struct RouterOptions {
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 0;  // 0: ephemeral
+  std::string http_host = "127.0.0.1";
+  int32_t http_port = -1;  // -1: no HTTP listener; 0: ephemeral
+
+  std::string policy = "ttft";
+  RouterCoreOptions core;  // policy_kind is set from `policy`
+  ClusterModel model;      // 0 fields: adopted from the first worker
+  std::chrono::milliseconds lease{3000};
+  int32_t max_in_flight_per_worker = 0;  // 0: no hard bound (the policy's load cap applies)
+  int32_t max_attempts = 6;              // picks per request (refusals + failovers)
+  std::chrono::milliseconds connect_timeout{3000};  // data link to a worker
+  wire::ConnectionOptions connection;               // client and worker connections
+};
+
+class RouterServer {
+ public:
+  static Result<std::unique_ptr<RouterServer>> Create(asio::io_context& io,
+                                                      const RouterOptions& options);
+  virtual ~RouterServer() = default;
+
+  virtual uint16_t port() const = 0;
+  virtual uint16_t http_port() const = 0;  // 0 when there is no HTTP listener
+  virtual size_t workers_alive() const = 0;
+
+  // Stops accepting, ends requests in flight with `unavailable`, closes every connection and
+  // calls `done` on the io_context thread.
+  virtual void Shutdown(std::function<void()> done) = 0;
+};
+
+}  // namespace chunkserve::router
+
+#endif  // CHUNKSERVE_ROUTER_SERVER_H_

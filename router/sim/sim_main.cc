@@ -1,0 +1,241 @@
+// chunkserve-sim: runs routing policies over simulated workers and prints a table (or JSON).
+//
+//   chunkserve-sim [--workers N] [--tenants T] [--requests R] [--rate RPS] [--zipf S]
+//                  [--policies ttft,round_robin,...|all] [--control] [--control-rate RPS]
+//                  [--trace FILE.jsonl]
+//                  [--seed S] [--kv-chunks C] [--batch B] [--prefill-rate TOK_PER_S]
+//                  [--kv-delay S] [--report-interval S] [--suffix MIN,MAX] [--output MIN,MAX]
+//                  [--spill-factor F] [--max-holders N] [--load-cap C] [--placement-slack S]
+//                  [--json] [--json-out FILE]
+//
+// Each policy runs on the same workload (same seed). --control adds a second run of every policy
+// on the negative control (same lengths, no shared prefixes). See router/README.md.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "router/sim/simulator.h"
+
+namespace {
+
+using chunkserve::Result;
+using chunkserve::Status;
+namespace router = chunkserve::router;
+namespace sim = chunkserve::router::sim;
+
+constexpr const char* kUsage =
+    "usage: chunkserve-sim [--workers N] [--tenants T] [--requests R] [--rate RPS] [--zipf S]\n"
+    "                      [--policies a,b,..|all] [--control] [--control-rate RPS]\n"
+    "                      [--trace FILE.jsonl] [--seed S]\n"
+    "                      [--kv-chunks C] [--batch B] [--prefill-rate TOK/S] [--kv-delay S]\n"
+    "                      [--report-interval S] [--suffix MIN,MAX] [--output MIN,MAX]\n"
+    "                      [--spill-factor F] [--max-holders N] [--load-cap C]\n"
+    "                      [--placement-slack S]\n"
+    "                      [--json] [--json-out FILE]\n";
+
+struct Flags {
+  sim::SimOptions sim;
+  router::WorkloadOptions workload;
+  std::vector<router::PolicyKind> policies = router::AllPolicyKinds();
+  bool control = false;
+  double control_rate = 0;  // 0: same as --rate
+  std::string trace;
+  bool json = false;
+  std::string json_out;
+};
+
+Status ParseDouble(const std::string& s, double* out) {
+  char* end = nullptr;
+  *out = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size())
+    return Status::InvalidArgument("bad number '" + s + "'");
+  return Status::Ok();
+}
+
+template <typename Int>
+Status ParseInt(const std::string& s, Int* out) {
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || end != s.c_str() + s.size())
+    return Status::InvalidArgument("bad integer '" + s + "'");
+  *out = static_cast<Int>(v);
+  return Status::Ok();
+}
+
+Status ParseRange(const std::string& s, int32_t* lo, int32_t* hi) {
+  const size_t comma = s.find(',');
+  if (comma == std::string::npos)
+    return Status::InvalidArgument("expected MIN,MAX, got '" + s + "'");
+  CHUNKSERVE_RETURN_IF_ERROR(ParseInt(s.substr(0, comma), lo));
+  return ParseInt(s.substr(comma + 1), hi);
+}
+
+Result<Flags> Parse(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> Result<std::string> {
+      if (i + 1 >= argc) return Status::InvalidArgument(a + " needs a value");
+      return std::string(argv[++i]);
+    };
+    if (a == "--control") {
+      f.control = true;
+    } else if (a == "--json") {
+      f.json = true;
+    } else if (a == "--help" || a == "-h") {
+      return Status::Cancelled("help");
+    } else {
+      CHUNKSERVE_ASSIGN_OR_RETURN(std::string v, value());
+      if (a == "--workers") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.sim.num_workers));
+      } else if (a == "--tenants") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.workload.tenants));
+      } else if (a == "--requests") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.workload.num_requests));
+      } else if (a == "--rate") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseDouble(v, &f.workload.arrival_rate));
+      } else if (a == "--control-rate") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseDouble(v, &f.control_rate));
+        f.control = true;
+      } else if (a == "--spill-factor") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseDouble(v, &f.sim.router.policy.spill_factor));
+      } else if (a == "--max-holders") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.sim.router.policy.max_holders_per_prefix));
+      } else if (a == "--load-cap") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseDouble(v, &f.sim.router.policy.load_cap));
+      } else if (a == "--placement-slack") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseDouble(v, &f.sim.router.policy.placement_slack));
+      } else if (a == "--zipf") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseDouble(v, &f.workload.zipf_s));
+      } else if (a == "--seed") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.workload.seed));
+      } else if (a == "--kv-chunks") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.sim.worker.kv_capacity_chunks));
+      } else if (a == "--batch") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.sim.worker.max_batch_size));
+      } else if (a == "--prefill-rate") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseDouble(v, &f.sim.worker.prefill_tokens_per_s));
+      } else if (a == "--kv-delay") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseDouble(v, &f.sim.kv_event_delay_s));
+      } else if (a == "--report-interval") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseDouble(v, &f.sim.load_report_interval_s));
+      } else if (a == "--suffix") {
+        CHUNKSERVE_RETURN_IF_ERROR(
+            ParseRange(v, &f.workload.min_suffix_tokens, &f.workload.max_suffix_tokens));
+      } else if (a == "--output") {
+        CHUNKSERVE_RETURN_IF_ERROR(
+            ParseRange(v, &f.workload.min_output_tokens, &f.workload.max_output_tokens));
+      } else if (a == "--trace") {
+        f.trace = v;
+      } else if (a == "--json-out") {
+        f.json_out = v;
+      } else if (a == "--policies") {
+        if (v != "all") {
+          f.policies.clear();
+          std::stringstream ss(v);
+          std::string name;
+          while (std::getline(ss, name, ',')) {
+            CHUNKSERVE_ASSIGN_OR_RETURN(router::PolicyKind k, router::ParsePolicyKind(name));
+            f.policies.push_back(k);
+          }
+        }
+      } else {
+        return Status::InvalidArgument("unknown flag " + a);
+      }
+    }
+  }
+  if (f.control && !f.trace.empty()) {
+    return Status::InvalidArgument("--control applies to the synthetic workload, not --trace");
+  }
+  return f;
+}
+
+Result<std::vector<sim::SimReport>> RunAll(const Flags& f, bool shared) {
+  std::vector<sim::SimReport> out;
+  for (router::PolicyKind kind : f.policies) {
+    std::unique_ptr<router::WorkloadSource> source;
+    if (!f.trace.empty()) {
+      CHUNKSERVE_ASSIGN_OR_RETURN(
+          source, router::LoadJsonlTrace(f.trace, f.workload.vocab_size, f.workload.seed));
+    } else {
+      router::WorkloadOptions w = f.workload;
+      w.shared_prefixes = shared;
+      if (!shared && f.control_rate > 0) w.arrival_rate = f.control_rate;
+      CHUNKSERVE_ASSIGN_OR_RETURN(source, router::MakeSyntheticWorkload(w));
+    }
+    sim::SimOptions o = f.sim;
+    o.router.policy_kind = kind;
+    CHUNKSERVE_ASSIGN_OR_RETURN(sim::SimReport r, sim::RunSimulation(o, *source));
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Result<Flags> flags = Parse(argc, argv);
+  if (!flags.ok()) {
+    if (flags.status().code() == chunkserve::StatusCode::kCancelled) {
+      std::cout << kUsage;
+      return 0;
+    }
+    std::cerr << "chunkserve-sim: " << flags.status() << "\n" << kUsage;
+    return 2;
+  }
+  const Flags& f = *flags;
+  nlohmann::json all = nlohmann::json::object();
+  all["config"] = {
+      {"workers", f.sim.num_workers},
+      {"tenants", f.workload.tenants},
+      {"requests", f.workload.num_requests},
+      {"rate_rps", f.workload.arrival_rate},
+      {"control_rate_rps", f.control_rate > 0 ? f.control_rate : f.workload.arrival_rate},
+      {"zipf_s", f.workload.zipf_s},
+      {"seed", f.workload.seed},
+      {"trace", f.trace},
+      {"chunk_size", f.sim.chunk_size},
+      {"kv_capacity_chunks", f.sim.worker.kv_capacity_chunks},
+      {"max_batch_size", f.sim.worker.max_batch_size},
+      {"prefill_tokens_per_s", f.sim.worker.prefill_tokens_per_s},
+      {"kv_event_delay_s", f.sim.kv_event_delay_s}};
+  std::vector<std::pair<std::string, bool>> runs = {{"shared", true}};
+  if (f.control) runs.emplace_back("control", false);
+  for (const auto& [label, shared] : runs) {
+    Result<std::vector<sim::SimReport>> reports = RunAll(f, shared);
+    if (!reports.ok()) {
+      std::cerr << "chunkserve-sim: " << reports.status() << "\n";
+      return 1;
+    }
+    all[label] = nlohmann::json::parse(sim::ToJson(*reports));
+    if (!f.json) {
+      if (f.trace.empty()) {
+        std::printf(
+            "%s workload: %d workers, %d tenants, %lld requests at %.1f req/s (seed %llu)\n",
+            label.c_str(), f.sim.num_workers, f.workload.tenants,
+            static_cast<long long>(f.workload.num_requests),
+            !shared && f.control_rate > 0 ? f.control_rate : f.workload.arrival_rate,
+            static_cast<unsigned long long>(f.workload.seed));
+      } else {
+        std::printf("trace %s: %d workers, %lld requests\n", f.trace.c_str(), f.sim.num_workers,
+                    static_cast<long long>(reports->empty() ? 0 : reports->front().requests));
+      }
+      std::printf("%s\n", sim::FormatTable(*reports).c_str());
+    }
+  }
+  if (f.json) std::cout << all.dump(2) << "\n";
+  if (!f.json_out.empty()) {
+    std::ofstream out(f.json_out);
+    out << all.dump(2) << "\n";
+    if (!out) {
+      std::cerr << "chunkserve-sim: cannot write " << f.json_out << "\n";
+      return 1;
+    }
+  }
+  return 0;
+}

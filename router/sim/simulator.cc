@@ -1,0 +1,517 @@
+#include "router/sim/simulator.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <list>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <queue>
+#include <sstream>
+#include <unordered_map>
+#include <utility>
+
+#include "runtime/kvcache/chunk_hash.h"
+
+namespace chunkserve::router::sim {
+namespace {
+
+struct Request {
+  uint64_t id = 0;
+  double arrival = 0;
+  int64_t prompt_tokens = 0;
+  int32_t output_tokens = 1;
+  std::vector<uint64_t> chain;
+  int32_t worker = -1;
+  int32_t reason = 0;  // DecisionReason of the routing decision
+  // Set at admission.
+  int32_t matched_chunks = 0;
+  int64_t cached_tokens = 0;
+  int64_t prefill_remaining = 0;
+  int32_t private_chunks = 0;
+  // Progress.
+  int32_t decoded = 0;
+  double first_token = -1;
+  int64_t step_prefill = 0;  // tokens prefilled in the current step
+};
+
+struct CacheEntry {
+  int32_t refs = 0;
+  std::list<uint64_t>::iterator lru;  // valid when refs == 0
+};
+
+struct Worker {
+  std::unordered_map<uint64_t, CacheEntry> cache;
+  std::list<uint64_t> lru;  // retained hashes, front = least recently released
+  int64_t used_chunks = 0;  // cached hashes (pinned + retained) + reserved + private chunks
+  std::deque<Request*> waiting;
+  std::vector<Request*> running;  // admission order
+  bool busy = false;
+  double busy_time = 0;
+  double work_s = 0;       // prefill + decode compute seconds (step overhead excluded)
+  double occupancy_s = 0;  // integral of running / max_batch_size over step time
+  double last_decode_rate = 0;
+  uint64_t sequence = 0;
+  KvEventBatch pending;  // events of the current step
+  std::deque<KvEventBatch> in_transit;
+  uint64_t evictions = 0;
+};
+
+enum class EventType : int32_t { kArrival, kStepEnd, kKvDelivery, kLoadReport };
+
+struct Event {
+  double t;
+  uint64_t order;
+  EventType type;
+  int32_t worker;
+  bool operator>(const Event& o) const { return t != o.t ? t > o.t : order > o.order; }
+};
+
+double Percentile(std::vector<double>& v, double q) {
+  if (v.empty()) return 0;
+  const auto k = static_cast<size_t>(std::min<double>(v.size() - 1, std::floor(q * v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+LatencySummary Summarize(std::vector<double> v) {
+  LatencySummary s;
+  if (v.empty()) return s;
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / static_cast<double>(v.size());
+  s.p50 = Percentile(v, 0.5);
+  s.p99 = Percentile(v, 0.99);
+  return s;
+}
+
+class Simulation {
+ public:
+  Simulation(const SimOptions& o, WorkloadSource& source, std::unique_ptr<RouterCore> core)
+      : o_(o),
+        source_(source),
+        core_(std::move(core)),
+        seed_(kv::ChunkHashSeed(o.model_fingerprint, o.chunk_size)),
+        workers_(static_cast<size_t>(o.num_workers)) {}
+
+  Result<SimReport> Run() {
+    for (int32_t w = 0; w < o_.num_workers; ++w) {
+      CHUNKSERVE_RETURN_IF_ERROR(core_->AddWorker(
+          WorkerInfo{.id = WorkerId(static_cast<uint32_t>(w)),
+                     .name = "sim-" + std::to_string(w),
+                     .generation = 1,
+                     .max_batch_size = o_.worker.max_batch_size,
+                     .max_queued = 0,
+                     .kv_capacity_tokens = int64_t{o_.worker.kv_capacity_chunks} * o_.chunk_size}));
+      // The subscription's first answer: an empty snapshot.
+      KvEventBatch snap;
+      snap.generation = 1;
+      snap.snapshot = true;
+      CHUNKSERVE_RETURN_IF_ERROR(
+          core_->ApplyKvEvents(WorkerId(static_cast<uint32_t>(w)), snap).status());
+      ReportLoad(w);
+    }
+    CHUNKSERVE_RETURN_IF_ERROR(PullArrival());
+    Push(o_.load_report_interval_s, EventType::kLoadReport, -1);
+
+    while (!events_.empty()) {
+      const Event e = events_.top();
+      events_.pop();
+      now_ = e.t;
+      switch (e.type) {
+        case EventType::kArrival:
+          CHUNKSERVE_RETURN_IF_ERROR(Arrive());
+          CHUNKSERVE_RETURN_IF_ERROR(PullArrival());
+          break;
+        case EventType::kStepEnd:
+          CHUNKSERVE_RETURN_IF_ERROR(StepEnd(e.worker));
+          break;
+        case EventType::kKvDelivery: {
+          Worker& w = workers_[static_cast<size_t>(e.worker)];
+          const KvEventBatch batch = std::move(w.in_transit.front());
+          w.in_transit.pop_front();
+          CHUNKSERVE_ASSIGN_OR_RETURN(
+              KvApplyOutcome out,
+              core_->ApplyKvEvents(WorkerId(static_cast<uint32_t>(e.worker)), batch));
+          if (out != KvApplyOutcome::kApplied) {
+            return Status::Internal("sim: kv batch not applied in order: " +
+                                    std::string(KvApplyOutcomeName(out)));
+          }
+          break;
+        }
+        case EventType::kLoadReport:
+          for (int32_t w = 0; w < o_.num_workers; ++w) ReportLoad(w);
+          if (next_arrival_ || !active_.empty()) {
+            Push(now_ + o_.load_report_interval_s, EventType::kLoadReport, -1);
+          }
+          break;
+      }
+    }
+    return Report();
+  }
+
+ private:
+  void Push(double t, EventType type, int32_t worker) {
+    events_.push(Event{t, order_++, type, worker});
+  }
+
+  Status PullArrival() {
+    std::optional<WorkloadRequest> next = source_.Next();
+    if (!next) {
+      next_arrival_.reset();
+      return Status::Ok();
+    }
+    auto r = std::make_unique<Request>();
+    r->id = next->index;
+    r->arrival = next->arrival_s;
+    r->prompt_tokens = static_cast<int64_t>(next->prompt.size());
+    r->output_tokens = std::max(1, next->output_tokens);
+    CHUNKSERVE_ASSIGN_OR_RETURN(r->chain, kv::FullChunkHashes(seed_, o_.chunk_size, next->prompt));
+    const int64_t total_chunks =
+        (r->prompt_tokens + r->output_tokens + o_.chunk_size - 1) / o_.chunk_size;
+    r->private_chunks = static_cast<int32_t>(total_chunks - static_cast<int64_t>(r->chain.size()));
+    if (total_chunks > o_.worker.kv_capacity_chunks) {
+      return Status::InvalidArgument("sim: request " + std::to_string(r->id) + " needs " +
+                                     std::to_string(total_chunks) + " KV chunks, a worker has " +
+                                     std::to_string(o_.worker.kv_capacity_chunks));
+    }
+    if (r->arrival < now_) r->arrival = now_;
+    first_arrival_ = std::min(first_arrival_, r->arrival);
+    Push(r->arrival, EventType::kArrival, -1);
+    next_arrival_ = std::move(r);
+    return Status::Ok();
+  }
+
+  Status Arrive() {
+    std::unique_ptr<Request> r = std::move(next_arrival_);
+    RoutingRequest rr;
+    rr.prompt_tokens = r->prompt_tokens;
+    rr.chunk_hashes = r->chain;
+    rr.chunk_size = o_.chunk_size;
+    rr.max_new_tokens = 0;  // a router knows a cap at best, not the length: the policy assumes
+    CHUNKSERVE_ASSIGN_OR_RETURN(
+        RoutingDecision d,
+        core_->Route(RequestId(r->id), rr,
+                     RouterTime(static_cast<int64_t>(std::llround(now_ * 1e9)))));
+    ++reasons_[static_cast<size_t>(d.reason)];
+    r->reason = static_cast<int32_t>(d.reason);
+    r->worker = static_cast<int32_t>(d.worker.value());
+    Worker& w = workers_[static_cast<size_t>(r->worker)];
+    w.waiting.push_back(r.get());
+    prompt_tokens_ += static_cast<uint64_t>(r->prompt_tokens);
+    active_.emplace(r->id, std::move(r));
+    ++requests_;
+    return StartStep(d.worker.value());
+  }
+
+  int32_t MatchChunks(const Worker& w, const Request& r) const {
+    int32_t k = 0;
+    while (k < static_cast<int32_t>(r.chain.size()) &&
+           w.cache.count(r.chain[static_cast<size_t>(k)])) {
+      ++k;
+    }
+    return k;
+  }
+
+  void Emit(Worker& w, bool stored, uint64_t hash, uint64_t parent) {
+    ++w.sequence;
+    if (stored) {
+      w.pending.stored.push_back(kv::StoredChunkHash{hash, parent});
+    } else {
+      w.pending.evicted.push_back(hash);
+    }
+  }
+
+  // Admits waiting requests FIFO while they fit (batch slots and KV chunks).
+  void Admit(Worker& w) {
+    const int64_t capacity = o_.worker.kv_capacity_chunks;
+    while (!w.waiting.empty() &&
+           static_cast<int32_t>(w.running.size()) < o_.worker.max_batch_size) {
+      Request& r = *w.waiting.front();
+      const int32_t k = MatchChunks(w, r);
+      int64_t matched_retained = 0;
+      for (int32_t i = 0; i < k; ++i) {
+        matched_retained += w.cache.at(r.chain[static_cast<size_t>(i)]).refs == 0;
+      }
+      const int64_t need = static_cast<int64_t>(r.chain.size()) - k + r.private_chunks;
+      const int64_t evictable = static_cast<int64_t>(w.lru.size()) - matched_retained;
+      if (capacity - w.used_chunks + evictable < need) break;  // head of line waits
+      for (int32_t i = 0; i < k; ++i) {
+        CacheEntry& e = w.cache.at(r.chain[static_cast<size_t>(i)]);
+        if (e.refs++ == 0) w.lru.erase(e.lru);
+      }
+      while (capacity - w.used_chunks < need) {
+        const uint64_t victim = w.lru.front();
+        w.lru.pop_front();
+        w.cache.erase(victim);
+        --w.used_chunks;
+        ++w.evictions;
+        Emit(w, false, victim, 0);
+      }
+      w.used_chunks += need;  // new hashed chunks are reserved now, stored at prefill end
+      r.matched_chunks = k;
+      r.cached_tokens = std::min<int64_t>(int64_t{k} * o_.chunk_size, r.prompt_tokens - 1);
+      r.prefill_remaining = r.prompt_tokens - r.cached_tokens;
+      w.running.push_back(&r);
+      w.waiting.pop_front();
+    }
+  }
+
+  Status StartStep(uint32_t wi) {
+    Worker& w = workers_[wi];
+    if (w.busy) return Status::Ok();
+    Admit(w);
+    if (w.running.empty()) return Status::Ok();
+    int64_t budget = o_.worker.prefill_chunk_tokens, prefilled = 0, decoding = 0;
+    for (Request* r : w.running) {
+      r->step_prefill = 0;
+      if (r->prefill_remaining == 0) {
+        ++decoding;
+      } else if (budget > 0) {
+        r->step_prefill = std::min(budget, r->prefill_remaining);
+        budget -= r->step_prefill;
+        prefilled += r->step_prefill;
+      }
+    }
+    const double dt = o_.worker.step_overhead_s +
+                      static_cast<double>(prefilled) / o_.worker.prefill_tokens_per_s +
+                      static_cast<double>(decoding) * o_.worker.decode_s_per_seq;
+    w.last_decode_rate = decoding > 0 ? static_cast<double>(decoding) / dt : 0;
+    w.busy = true;
+    w.busy_time += dt;
+    w.work_s += dt - o_.worker.step_overhead_s;
+    w.occupancy_s += dt * static_cast<double>(w.running.size()) / o_.worker.max_batch_size;
+    Push(now_ + dt, EventType::kStepEnd, static_cast<int32_t>(wi));
+    return Status::Ok();
+  }
+
+  Status StepEnd(int32_t wi) {
+    Worker& w = workers_[static_cast<size_t>(wi)];
+    w.busy = false;
+    std::vector<Request*> still;
+    still.reserve(w.running.size());
+    for (Request* r : w.running) {
+      bool done = false;
+      if (r->prefill_remaining == 0) {
+        done = ++r->decoded >= r->output_tokens;
+      } else if (r->step_prefill > 0) {
+        r->prefill_remaining -= r->step_prefill;
+        if (r->prefill_remaining == 0) {
+          FinishPrefill(w, *r);
+          r->first_token = now_;
+          r->decoded = 1;
+          ttft_.push_back(now_ - r->arrival);
+          ttft_sum_by_reason_[static_cast<size_t>(r->reason)] += now_ - r->arrival;
+          cached_tokens_ += static_cast<uint64_t>(r->cached_tokens);
+          CHUNKSERVE_RETURN_IF_ERROR(core_->OnFirstToken(RequestId(r->id), r->cached_tokens));
+          done = r->output_tokens <= 1;
+        }
+      }
+      if (done) {
+        CHUNKSERVE_RETURN_IF_ERROR(Finish(w, *r));
+      } else {
+        still.push_back(r);
+      }
+    }
+    w.running.swap(still);
+    if (!w.pending.stored.empty() || !w.pending.evicted.empty()) {
+      w.pending.generation = 1;
+      w.pending.sequence = w.sequence;
+      w.in_transit.push_back(std::move(w.pending));
+      w.pending = KvEventBatch{};
+      Push(now_ + o_.kv_event_delay_s, EventType::kKvDelivery, wi);
+    }
+    return StartStep(static_cast<uint32_t>(wi));
+  }
+
+  // The prompt's K/V is written: its new full chunks become cached (and KV events).
+  void FinishPrefill(Worker& w, Request& r) {
+    for (size_t i = static_cast<size_t>(r.matched_chunks); i < r.chain.size(); ++i) {
+      const uint64_t h = r.chain[i];
+      auto [it, inserted] = w.cache.try_emplace(h);
+      if (!inserted) {
+        // Another request stored the same chunk meanwhile: share it, give back the reservation.
+        if (it->second.refs++ == 0) w.lru.erase(it->second.lru);
+        --w.used_chunks;
+        continue;
+      }
+      it->second.refs = 1;
+      Emit(w, true, h, i == 0 ? seed_ : r.chain[i - 1]);
+    }
+    r.matched_chunks = static_cast<int32_t>(r.chain.size());  // all pinned now
+  }
+
+  Status Finish(Worker& w, Request& r) {
+    // Deepest first, so children sit ahead of their parents in the LRU (leaves go first).
+    for (size_t i = static_cast<size_t>(r.matched_chunks); i-- > 0;) {
+      CacheEntry& e = w.cache.at(r.chain[i]);
+      if (--e.refs == 0) e.lru = w.lru.insert(w.lru.end(), r.chain[i]);
+    }
+    w.used_chunks -= r.private_chunks;
+    e2e_.push_back(now_ - r.arrival);
+    output_tokens_ += static_cast<uint64_t>(r.output_tokens);
+    last_finish_ = std::max(last_finish_, now_);
+    CHUNKSERVE_RETURN_IF_ERROR(core_->OnFinished(RequestId(r.id)));
+    active_.erase(r.id);
+    return Status::Ok();
+  }
+
+  void ReportLoad(int32_t wi) {
+    const Worker& w = workers_[static_cast<size_t>(wi)];
+    WorkerLoad load;
+    for (const Request* r : w.running) load.queued_prefill_tokens += r->prefill_remaining;
+    for (const Request* r : w.waiting) {
+      const int64_t cached =
+          std::min<int64_t>(int64_t{MatchChunks(w, *r)} * o_.chunk_size, r->prompt_tokens - 1);
+      load.queued_prefill_tokens += static_cast<uint64_t>(r->prompt_tokens - cached);
+    }
+    load.running_sequences = static_cast<int32_t>(w.running.size());
+    load.queued_requests = static_cast<int32_t>(w.waiting.size());
+    load.free_kv_slots = static_cast<uint64_t>(
+        (o_.worker.kv_capacity_chunks - w.used_chunks + static_cast<int64_t>(w.lru.size())) *
+        o_.chunk_size);
+    load.prefill_tokens_per_s = o_.worker.prefill_tokens_per_s;
+    load.decode_tokens_per_s = w.last_decode_rate;
+    core_->UpdateLoad(WorkerId(static_cast<uint32_t>(wi)), load).IgnoreError();  // known worker
+  }
+
+  SimReport Report() {
+    SimReport s;
+    s.policy = std::string(core_->policy().name());
+    s.requests = requests_;
+    s.completed = static_cast<int64_t>(e2e_.size());
+    s.prompt_tokens = prompt_tokens_;
+    s.cached_tokens = cached_tokens_;
+    s.hit_rate = prompt_tokens_ ? static_cast<double>(cached_tokens_) / prompt_tokens_ : 0;
+    s.ttft_s = Summarize(ttft_);
+    s.e2e_s = Summarize(e2e_);
+    s.makespan_s = s.completed ? last_finish_ - first_arrival_ : 0;
+    if (s.makespan_s > 0) {
+      s.throughput_rps = static_cast<double>(s.completed) / s.makespan_s;
+      s.output_tokens_per_s = static_cast<double>(output_tokens_) / s.makespan_s;
+    }
+    double busy = 0, work = 0, max_work = 0, occupancy = 0;
+    for (const Worker& w : workers_) {
+      busy += w.busy_time;
+      work += w.work_s;
+      occupancy += w.occupancy_s;
+      max_work = std::max(max_work, w.work_s);
+      s.kv_evictions += w.evictions;
+    }
+    const double n = static_cast<double>(workers_.size());
+    s.load_imbalance = work > 0 ? max_work / (work / n) : 0;
+    if (s.makespan_s > 0) {
+      s.busy_fraction = busy / n / s.makespan_s;
+      s.batch_occupancy = occupancy / n / s.makespan_s;
+    }
+    s.precision = core_->precision().Precision();
+    s.recall = core_->precision().Recall();
+    s.index_bytes = core_->index().Stats().bytes_used;
+    s.reasons.assign(reasons_.begin(), reasons_.end());
+    for (size_t i = 0; i < reasons_.size(); ++i) {
+      s.ttft_mean_by_reason.push_back(reasons_[i] ? ttft_sum_by_reason_[i] / reasons_[i] : 0);
+    }
+    return s;
+  }
+
+  const SimOptions& o_;
+  WorkloadSource& source_;
+  std::unique_ptr<RouterCore> core_;
+  const uint64_t seed_;
+  std::vector<Worker> workers_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  uint64_t order_ = 0;
+  double now_ = 0;
+  std::unique_ptr<Request> next_arrival_;
+  std::unordered_map<uint64_t, std::unique_ptr<Request>> active_;
+  std::vector<double> ttft_, e2e_;
+  uint64_t prompt_tokens_ = 0, cached_tokens_ = 0, output_tokens_ = 0;
+  int64_t requests_ = 0;
+  double first_arrival_ = 1e300, last_finish_ = 0;
+  std::array<int64_t, 9> reasons_{};
+  std::array<double, 9> ttft_sum_by_reason_{};
+};
+
+Status Validate(const SimOptions& o) {
+  auto bad = [](const std::string& m) { return Status::InvalidArgument("sim: " + m); };
+  if (o.num_workers < 1 || o.num_workers > 100000) return bad("num_workers not in [1, 100000]");
+  if (o.chunk_size < 1) return bad("chunk_size must be >= 1");
+  const SimWorkerOptions& w = o.worker;
+  if (w.kv_capacity_chunks < 1) return bad("kv_capacity_chunks must be >= 1");
+  if (w.max_batch_size < 1) return bad("max_batch_size must be >= 1");
+  if (!(w.prefill_tokens_per_s > 0)) return bad("prefill_tokens_per_s must be > 0");
+  if (w.prefill_chunk_tokens < 1) return bad("prefill_chunk_tokens must be >= 1");
+  if (!(w.step_overhead_s > 0)) return bad("step_overhead_s must be > 0");
+  if (!(w.decode_s_per_seq >= 0)) return bad("decode_s_per_seq must be >= 0");
+  if (!(o.kv_event_delay_s >= 0)) return bad("kv_event_delay_s must be >= 0");
+  if (!(o.load_report_interval_s > 0)) return bad("load_report_interval_s must be > 0");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<SimReport> RunSimulation(const SimOptions& options, WorkloadSource& source) {
+  CHUNKSERVE_RETURN_IF_ERROR(Validate(options));
+  RouterCoreOptions core_options = options.router;
+  core_options.chain_seeds = {kv::ChunkHashSeed(options.model_fingerprint, options.chunk_size)};
+  CHUNKSERVE_ASSIGN_OR_RETURN(std::unique_ptr<RouterCore> core, RouterCore::Create(core_options));
+  Simulation sim(options, source, std::move(core));
+  return sim.Run();
+}
+
+std::string FormatTable(const std::vector<SimReport>& reports) {
+  std::ostringstream out;
+  char line[512];
+  std::snprintf(line, sizeof(line), "%-22s %8s %9s %9s %9s %9s %9s %8s %6s %6s %7s\n", "policy",
+                "hit_rate", "ttft_mean", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99", "req/s",
+                "occup", "imbal", "precis");
+  out << line;
+  for (const SimReport& r : reports) {
+    std::snprintf(line, sizeof(line),
+                  "%-22s %8.3f %8.3fs %8.3fs %8.3fs %8.2fs %8.2fs %8.2f %6.2f %6.2f %7.3f\n",
+                  r.policy.c_str(), r.hit_rate, r.ttft_s.mean, r.ttft_s.p50, r.ttft_s.p99,
+                  r.e2e_s.p50, r.e2e_s.p99, r.throughput_rps, r.batch_occupancy, r.load_imbalance,
+                  r.precision);
+    out << line;
+  }
+  return out.str();
+}
+
+std::string ToJson(const std::vector<SimReport>& reports) {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const SimReport& r : reports) {
+    nlohmann::json reasons = nlohmann::json::object();
+    for (size_t i = 0; i < r.reasons.size(); ++i) {
+      if (r.reasons[i] > 0) {
+        reasons[std::string(DecisionReasonName(static_cast<DecisionReason>(i)))] = {
+            {"requests", r.reasons[i]},
+            {"ttft_mean_s", i < r.ttft_mean_by_reason.size() ? r.ttft_mean_by_reason[i] : 0}};
+      }
+    }
+    arr.push_back(
+        {{"policy", r.policy},
+         {"requests", r.requests},
+         {"completed", r.completed},
+         {"prompt_tokens", r.prompt_tokens},
+         {"cached_tokens", r.cached_tokens},
+         {"hit_rate", r.hit_rate},
+         {"ttft_s", {{"mean", r.ttft_s.mean}, {"p50", r.ttft_s.p50}, {"p99", r.ttft_s.p99}}},
+         {"e2e_s", {{"mean", r.e2e_s.mean}, {"p50", r.e2e_s.p50}, {"p99", r.e2e_s.p99}}},
+         {"makespan_s", r.makespan_s},
+         {"throughput_rps", r.throughput_rps},
+         {"output_tokens_per_s", r.output_tokens_per_s},
+         {"busy_fraction", r.busy_fraction},
+         {"batch_occupancy", r.batch_occupancy},
+         {"load_imbalance", r.load_imbalance},
+         {"precision", r.precision},
+         {"recall", r.recall},
+         {"kv_evictions", r.kv_evictions},
+         {"index_bytes", r.index_bytes},
+         {"reasons", reasons}});
+  }
+  return arr.dump(2);
+}
+
+}  // namespace chunkserve::router::sim

@@ -1,0 +1,102 @@
+// A discrete-event simulator of one router in front of many simulated workers.
+//
+// It runs the real routing code (RouterCore: PrefixIndex, LoadTracker, the policies of
+// routing.h) against workers modeled at iteration level, so a policy can be studied at scales
+// (hundreds of workers, tens of thousands of requests) no test machine can serve for real.
+//
+// Worker model (each worker independently):
+//  - KV cache: kv_capacity_chunks chunks of chunk_size tokens. A request's full prompt chunks
+//    are identified by the chained chunk hash (the router computes the same hashes); chunks of
+//    running requests are pinned (shared by hash), the rest of a request's tokens (partial last
+//    chunk + output) occupy private chunks. Unpinned hashed chunks are retained in LRU order and
+//    evicted when an admission needs room -- each store and eviction is a KV event, delivered to
+//    the router's index kv_event_delay_s later, in batches per engine step, with sequence numbers
+//    exactly as a real worker numbers them. A snapshot is sent at start.
+//  - Admission: FIFO; a request is admitted when the batch has room (max_batch_size) and its new
+//    chunks fit (after evicting retained chunks); it then hits the longest cached prefix of its
+//    chain (at most prompt - 1 tokens, as the engine must compute the last prompt token).
+//  - Steps: each step decodes one token for every prefilled running request and prefills up to
+//    prefill_chunk_tokens uncached prompt tokens (chunked prefill, FIFO over admitted requests).
+//    step time = step_overhead_s + prefilled tokens / prefill_tokens_per_s
+//                + decoding requests * decode_s_per_seq.
+//    A request's first token comes at the end of the step that finishes its prefill (TTFT), its
+//    last after output_tokens - 1 more decode steps.
+//  - Load reports reach the router every load_report_interval_s (measured rates included);
+//    between reports the router counts its own picks (LoadTracker).
+//
+// Routing cost and network delay are not modeled (the router decision is ~microseconds; see the
+// router bench). Everything is deterministic given the workload seed: ties in the event queue are
+// broken by insertion order.
+//
+// Thread safety: RunSimulation is reentrant (no shared state).
+#ifndef CHUNKSERVE_ROUTER_SIM_SIMULATOR_H_
+#define CHUNKSERVE_ROUTER_SIM_SIMULATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "router/routing.h"
+#include "router/workload.h"
+
+namespace chunkserve::router::sim {
+
+struct SimWorkerOptions {
+  int32_t kv_capacity_chunks = 1536;  // 96K tokens at chunk 64 (a 7B model on an 80 GB GPU)
+  int32_t max_batch_size = 32;
+  double prefill_tokens_per_s = 16000;
+  int32_t prefill_chunk_tokens = 2048;  // prefill tokens per step at most
+  double step_overhead_s = 0.012;
+  double decode_s_per_seq = 0.00025;
+};
+
+struct SimOptions {
+  int32_t num_workers = 16;
+  int32_t chunk_size = 64;
+  SimWorkerOptions worker;
+  double kv_event_delay_s = 0.05;  // worker -> router KV event latency
+  double load_report_interval_s = 0.1;
+  RouterCoreOptions router;             // policy_kind chooses the policy under test
+  uint64_t model_fingerprint = 0x5151;  // only seeds the chunk hash chain
+};
+
+struct LatencySummary {
+  double mean = 0, p50 = 0, p99 = 0;
+};
+
+struct SimReport {
+  std::string policy;
+  int64_t requests = 0;
+  int64_t completed = 0;
+  uint64_t prompt_tokens = 0;
+  uint64_t cached_tokens = 0;  // prompt tokens that hit the worker's cache
+  double hit_rate = 0;         // cached / prompt tokens
+  LatencySummary ttft_s, e2e_s;
+  double makespan_s = 0;      // first arrival to last completion
+  double throughput_rps = 0;  // completed / makespan
+  double output_tokens_per_s = 0;
+  double busy_fraction = 0;                 // mean fraction of the makespan a worker was stepping
+  double batch_occupancy = 0;               // time-averaged running / max_batch_size, all workers
+  double load_imbalance = 0;                // max / mean of per-worker work (prefill + decode
+                                            // compute seconds, step overhead excluded)
+  double precision = 0;                     // predicted cached tokens that were there
+  double recall = 0;                        // cached tokens that were predicted
+  uint64_t kv_evictions = 0;                // chunks evicted by all workers
+  uint64_t index_bytes = 0;                 // router index bytes at the end
+  std::vector<int64_t> reasons;             // decisions per DecisionReason value
+  std::vector<double> ttft_mean_by_reason;  // mean TTFT (s) of the requests of each reason
+};
+
+// Runs one policy over the workload `source` (consumed). InvalidArgument for bad options; a
+// request that can never fit a worker's KV cache is an error too (the workload is too long).
+Result<SimReport> RunSimulation(const SimOptions& options, WorkloadSource& source);
+
+// Renders reports as an aligned text table / a JSON array.
+std::string FormatTable(const std::vector<SimReport>& reports);
+std::string ToJson(const std::vector<SimReport>& reports);
+
+}  // namespace chunkserve::router::sim
+
+#endif  // CHUNKSERVE_ROUTER_SIM_SIMULATOR_H_

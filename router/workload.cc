@@ -1,0 +1,265 @@
+#include "router/workload.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <utility>
+
+namespace chunkserve::router {
+
+uint64_t Rng::NextU64() {
+  uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double Rng::Uniform01() { return static_cast<double>(NextU64() >> 11) * 0x1.0p-53; }
+
+int64_t Rng::UniformInt(int64_t lo, int64_t hi) {
+  const auto span = static_cast<uint64_t>(hi - lo) + 1;
+  if (span == 0) return static_cast<int64_t>(NextU64());  // the full 64-bit range
+  // Multiply-high: bias below 2^-64 * span, irrelevant here.
+  const auto r = static_cast<uint64_t>((static_cast<unsigned __int128>(NextU64()) * span) >> 64);
+  return lo + static_cast<int64_t>(r);
+}
+
+double Rng::Exponential(double rate) { return -std::log1p(-Uniform01()) / rate; }
+
+namespace {
+
+uint64_t SeedFor(uint64_t seed, uint64_t stream, uint64_t index) {
+  Rng r(seed ^ (stream * 0xd1b54a32d192ed03ull) ^ (index * 0x8cb92ba72f3d8dd7ull));
+  return r.NextU64();
+}
+
+void AppendRandomTokens(Rng& rng, int32_t n, int32_t vocab, std::vector<TokenId>& out) {
+  for (int32_t i = 0; i < n; ++i) out.push_back(static_cast<TokenId>(rng.UniformInt(0, vocab - 1)));
+}
+
+std::vector<TokenId> PrefixTokens(uint64_t seed, int64_t prefix_id, int32_t n, int32_t vocab) {
+  Rng rng(SeedFor(seed, 1, static_cast<uint64_t>(prefix_id)));
+  std::vector<TokenId> t;
+  t.reserve(static_cast<size_t>(n));
+  AppendRandomTokens(rng, n, vocab, t);
+  return t;
+}
+
+class SyntheticSource final : public WorkloadSource {
+ public:
+  explicit SyntheticSource(const WorkloadOptions& o)
+      : o_(o), rng_(SeedFor(o.seed, 0, 0)), lengths_(TenantPrefixLengths(o)) {
+    double sum = 0;
+    for (int32_t k = 0; k < o.tenants; ++k) {
+      sum += 1.0 / std::pow(static_cast<double>(k + 1), o.zipf_s);
+      cdf_.push_back(sum);
+    }
+    for (double& c : cdf_) c /= sum;
+    prefixes_.resize(static_cast<size_t>(o.tenants));
+  }
+
+  std::optional<WorkloadRequest> Next() override {
+    if (next_ >= o_.num_requests) return std::nullopt;
+    WorkloadRequest r;
+    r.index = static_cast<uint64_t>(next_++);
+    now_ += rng_.Exponential(o_.arrival_rate);
+    r.arrival_s = now_;
+    const double u = rng_.Uniform01();
+    const auto tenant = static_cast<int32_t>(std::min<ptrdiff_t>(
+        std::upper_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin(), o_.tenants - 1));
+    const auto suffix =
+        static_cast<int32_t>(rng_.UniformInt(o_.min_suffix_tokens, o_.max_suffix_tokens));
+    r.output_tokens =
+        static_cast<int32_t>(rng_.UniformInt(o_.min_output_tokens, o_.max_output_tokens));
+    const int32_t prefix_len = lengths_[static_cast<size_t>(tenant)];
+    if (o_.shared_prefixes) {
+      r.tenant = tenant;
+      r.prefix_tokens = prefix_len;
+      auto& p = prefixes_[static_cast<size_t>(tenant)];
+      if (p.empty()) p = PrefixTokens(o_.seed, tenant, prefix_len, o_.vocab_size);
+      r.prompt.reserve(static_cast<size_t>(prefix_len + suffix));
+      r.prompt = p;
+    } else {
+      // Same lengths, fresh tokens: the control has the same prefill work but nothing to share.
+      AppendRandomTokens(rng_, prefix_len, o_.vocab_size, r.prompt);
+    }
+    AppendRandomTokens(rng_, suffix, o_.vocab_size, r.prompt);
+    return r;
+  }
+
+ private:
+  WorkloadOptions o_;
+  Rng rng_;
+  std::vector<int32_t> lengths_;
+  std::vector<double> cdf_;
+  std::vector<std::vector<TokenId>> prefixes_;
+  int64_t next_ = 0;
+  double now_ = 0;
+};
+
+class VectorSource final : public WorkloadSource {
+ public:
+  explicit VectorSource(std::vector<WorkloadRequest> requests) : requests_(std::move(requests)) {}
+  std::optional<WorkloadRequest> Next() override {
+    if (next_ >= requests_.size()) return std::nullopt;
+    return std::move(requests_[next_++]);
+  }
+
+ private:
+  std::vector<WorkloadRequest> requests_;
+  size_t next_ = 0;
+};
+
+Status Validate(const WorkloadOptions& o) {
+  auto bad = [](const std::string& m) { return Status::InvalidArgument("workload: " + m); };
+  if (o.num_requests < 0) return bad("num_requests must be >= 0");
+  if (o.tenants < 1) return bad("tenants must be >= 1");
+  if (!(o.zipf_s >= 0) || o.zipf_s > 10) return bad("zipf_s must be in [0, 10]");
+  if (!(o.arrival_rate > 0) || std::isinf(o.arrival_rate)) return bad("arrival_rate must be > 0");
+  if (o.prefix_length_bases.empty()) return bad("prefix_length_bases is empty");
+  for (int32_t b : o.prefix_length_bases) {
+    if (b < 1) return bad("prefix length base " + std::to_string(b) + " < 1");
+  }
+  if (o.min_prefix_tokens < 1 || o.max_prefix_tokens < o.min_prefix_tokens) {
+    return bad("need 1 <= min_prefix_tokens <= max_prefix_tokens");
+  }
+  if (o.min_suffix_tokens < 1 || o.max_suffix_tokens < o.min_suffix_tokens) {
+    return bad("need 1 <= min_suffix_tokens <= max_suffix_tokens");
+  }
+  if (o.min_output_tokens < 1 || o.max_output_tokens < o.min_output_tokens) {
+    return bad("need 1 <= min_output_tokens <= max_output_tokens");
+  }
+  if (int64_t{o.max_prefix_tokens} + o.max_suffix_tokens > (int64_t{1} << 24)) {
+    return bad("prompts longer than 16M tokens");
+  }
+  if (o.vocab_size < 2) return bad("vocab_size must be >= 2");
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<int32_t> TenantPrefixLengths(const WorkloadOptions& o) {
+  std::vector<int32_t> lengths;
+  if (o.prefix_length_bases.empty()) return lengths;
+  Rng rng(SeedFor(o.seed, 2, 0));
+  for (int32_t t = 0; t < o.tenants; ++t) {
+    const double base =
+        o.prefix_length_bases[static_cast<size_t>(t) % o.prefix_length_bases.size()];
+    const double len = base * (0.5 + rng.Uniform01());
+    lengths.push_back(std::clamp(static_cast<int32_t>(std::lround(len)), o.min_prefix_tokens,
+                                 o.max_prefix_tokens));
+  }
+  return lengths;
+}
+
+Result<std::unique_ptr<WorkloadSource>> MakeSyntheticWorkload(const WorkloadOptions& options) {
+  CHUNKSERVE_RETURN_IF_ERROR(Validate(options));
+  return std::unique_ptr<WorkloadSource>(new SyntheticSource(options));
+}
+
+Result<std::unique_ptr<WorkloadSource>> ParseJsonlTrace(std::string_view text, int32_t vocab_size,
+                                                        uint64_t seed) {
+  using Json = nlohmann::json;
+  if (vocab_size < 2) return Status::InvalidArgument("trace: vocab_size must be >= 2");
+  std::vector<WorkloadRequest> out;
+  std::istringstream in{std::string(text)};
+  std::string line;
+  int64_t line_no = 0;
+  double last_arrival = 0;
+  constexpr int64_t kMaxTokens = int64_t{1} << 24;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto bad = [&](const std::string& m) {
+      return Status::InvalidArgument("trace line " + std::to_string(line_no) + ": " + m);
+    };
+    const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+    WorkloadRequest r;
+    r.index = out.size();
+    auto number = [&](const char* key, double& v) -> bool {
+      auto it = j.find(key);
+      if (it == j.end()) return false;
+      if (!it->is_number()) return false;
+      v = it->get<double>();
+      return std::isfinite(v);
+    };
+    double arrival = 0, output = 0;
+    if (!number("arrival_s", arrival) || arrival < 0) return bad("arrival_s missing or < 0");
+    if (arrival < last_arrival) return bad("arrival_s decreases");
+    last_arrival = arrival;
+    r.arrival_s = arrival;
+    if (!number("output_tokens", output) || output < 1 || output > kMaxTokens) {
+      return bad("output_tokens missing or not in [1, 2^24]");
+    }
+    r.output_tokens = static_cast<int32_t>(output);
+    if (auto p = j.find("prompt"); p != j.end()) {
+      if (!p->is_array() || p->empty() || p->size() > static_cast<size_t>(kMaxTokens)) {
+        return bad("prompt must be a non-empty array of token ids");
+      }
+      for (const Json& t : *p) {
+        if (!t.is_number_integer()) return bad("prompt token is not an integer");
+        const auto id = t.get<int64_t>();
+        if (id < 0 || id >= vocab_size) {
+          return bad("token id " + std::to_string(id) + " not in [0, " +
+                     std::to_string(vocab_size) + ")");
+        }
+        r.prompt.push_back(static_cast<TokenId>(id));
+      }
+      double tenant = -1;
+      if (number("tenant", tenant) || number("prefix_id", tenant)) {
+        r.tenant = static_cast<int32_t>(tenant);
+      }
+    } else {
+      double prefix_id = 0, prefix = 0, suffix = 0;
+      if (!number("prefix_id", prefix_id) && !number("tenant", prefix_id)) {
+        return bad("needs \"prompt\" or \"prefix_id\"");
+      }
+      if (prefix_id < 0 || prefix_id > 2147483647.0) return bad("prefix_id not in [0, 2^31)");
+      if (!number("prefix_tokens", prefix) || prefix < 0 || prefix > kMaxTokens) {
+        return bad("prefix_tokens missing or not in [0, 2^24]");
+      }
+      if (!number("suffix_tokens", suffix) || suffix < 0 || suffix > kMaxTokens ||
+          prefix + suffix < 1) {
+        return bad("suffix_tokens missing, not in [0, 2^24], or an empty prompt");
+      }
+      r.tenant = static_cast<int32_t>(prefix_id);
+      r.prefix_tokens = static_cast<int32_t>(prefix);
+      r.prompt = PrefixTokens(seed, r.tenant, r.prefix_tokens, vocab_size);
+      Rng rng(SeedFor(seed, 3, static_cast<uint64_t>(line_no)));
+      AppendRandomTokens(rng, static_cast<int32_t>(suffix), vocab_size, r.prompt);
+    }
+    out.push_back(std::move(r));
+  }
+  return std::unique_ptr<WorkloadSource>(new VectorSource(std::move(out)));
+}
+
+Result<std::unique_ptr<WorkloadSource>> LoadJsonlTrace(const std::string& path, int32_t vocab_size,
+                                                       uint64_t seed) {
+  std::ifstream f(path);
+  if (!f) return Status::NotFound("cannot open trace file '" + path + "'");
+  std::stringstream buf;
+  buf << f.rdbuf();
+  auto parsed = ParseJsonlTrace(buf.str(), vocab_size, seed);
+  if (!parsed.ok()) return parsed.status().Annotate(path);
+  return parsed;
+}
+
+std::string ToJsonlLine(const WorkloadRequest& r, bool with_tokens) {
+  nlohmann::json j;
+  j["arrival_s"] = r.arrival_s;
+  j["output_tokens"] = r.output_tokens;
+  if (with_tokens || r.tenant < 0) {
+    j["prompt"] = r.prompt;
+    if (r.tenant >= 0) j["tenant"] = r.tenant;
+  } else {
+    j["prefix_id"] = r.tenant;
+    j["prefix_tokens"] = r.prefix_tokens;
+    j["suffix_tokens"] = static_cast<int64_t>(r.prompt.size()) - r.prefix_tokens;
+  }
+  return j.dump();
+}
+
+}  // namespace chunkserve::router

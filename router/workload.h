@@ -1,0 +1,110 @@
+// Router workloads: request streams for the simulator (router/sim) and the load generator.
+//
+// Synthetic multi-tenant shared prompts: T tenants, each with a system prompt whose length is
+// drawn around the paper's Table 2 (ChunkAttention, Table 2: Chameleon avg 1324, CREATOR 879,
+// PDFTriage 4257, ToolQA 1432 shared tokens); tenants are picked with Zipf popularity; arrivals
+// are a Poisson process; each request appends a unique user suffix to its tenant's system prompt
+// and asks for an output length drawn uniformly. The negative control (shared_prefixes = false)
+// keeps every length distribution but draws every prompt token fresh, so no two requests share
+// even a first chunk.
+//
+// A JSONL trace is the other source: one request per line, either with explicit tokens
+//   {"arrival_s": 0.25, "prompt": [1, 2, 3], "output_tokens": 64}
+// or compactly, with tokens synthesized deterministically from the prefix id and the line number
+//   {"arrival_s": 0.25, "prefix_id": 7, "prefix_tokens": 1324, "suffix_tokens": 80,
+//    "output_tokens": 64}
+// ("tenant" is accepted as an alias of "prefix_id"; lines may be blank).
+//
+// Everything is deterministic given the seed, on every platform: a private generator
+// (splitmix64) and explicit sampling formulas, no std::*_distribution.
+//
+// Thread safety: a WorkloadGenerator is used by one thread; different instances are independent.
+#ifndef CHUNKSERVE_ROUTER_WORKLOAD_H_
+#define CHUNKSERVE_ROUTER_WORKLOAD_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/base/ids.h"
+#include "runtime/base/status.h"
+
+namespace chunkserve::router {
+
+// splitmix64: small, fast, and the same sequence everywhere.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t NextU64();
+  double Uniform01();                          // [0, 1)
+  int64_t UniformInt(int64_t lo, int64_t hi);  // [lo, hi], lo <= hi
+  double Exponential(double rate);             // mean 1 / rate, rate > 0
+
+ private:
+  uint64_t state_;
+};
+
+struct WorkloadOptions {
+  int64_t num_requests = 1000;
+  int32_t tenants = 64;
+  double zipf_s = 1.0;       // tenant popularity: P(tenant k) ~ 1 / (k + 1)^s; 0 = uniform
+  double arrival_rate = 10;  // requests per second (Poisson); > 0
+  // Tenant system prompt lengths: tenant t's length is base[t % size] * U(0.5, 1.5), clipped to
+  // [min_prefix_tokens, max_prefix_tokens]. Default: Table 2's averages.
+  std::vector<int32_t> prefix_length_bases = {1324, 879, 4257, 1432};
+  int32_t min_prefix_tokens = 128;
+  int32_t max_prefix_tokens = 4096;
+  int32_t min_suffix_tokens = 32;  // unique user part, uniform in [min, max]
+  int32_t max_suffix_tokens = 256;
+  int32_t min_output_tokens = 32;  // output length, uniform in [min, max]
+  int32_t max_output_tokens = 256;
+  bool shared_prefixes = true;  // false: negative control (no two prompts share a token run)
+  int32_t vocab_size = 32000;
+  uint64_t seed = 1;
+};
+
+struct WorkloadRequest {
+  uint64_t index = 0;         // 0, 1, 2, ... in arrival order
+  double arrival_s = 0;       // seconds since the start of the run
+  int32_t tenant = -1;        // -1: no shared prefix
+  int32_t prefix_tokens = 0;  // leading tokens shared with the tenant's other requests
+  std::vector<TokenId> prompt;
+  int32_t output_tokens = 1;
+};
+
+// A finite request stream.
+class WorkloadSource {
+ public:
+  virtual ~WorkloadSource() = default;
+  // The next request, or nullopt at the end.
+  virtual std::optional<WorkloadRequest> Next() = 0;
+};
+
+// The synthetic generator. InvalidArgument for out-of-range options.
+Result<std::unique_ptr<WorkloadSource>> MakeSyntheticWorkload(const WorkloadOptions& options);
+
+// A JSONL trace (see the file comment). Parses the whole file up front; InvalidArgument names the
+// line of the first bad record, NotFound when the file cannot be opened. `vocab_size` bounds the
+// synthesized tokens (and is checked against explicit ones); `seed` varies synthesized tokens.
+Result<std::unique_ptr<WorkloadSource>> LoadJsonlTrace(const std::string& path,
+                                                       int32_t vocab_size = 32000,
+                                                       uint64_t seed = 1);
+// The same from text already in memory (tests).
+Result<std::unique_ptr<WorkloadSource>> ParseJsonlTrace(std::string_view text,
+                                                        int32_t vocab_size = 32000,
+                                                        uint64_t seed = 1);
+
+// One trace line in the compact form (tokens not written): lets a generated workload be saved and
+// replayed exactly (a replay synthesizes equal tokens given the same seed and vocab_size only for
+// compact lines; use explicit prompts to pin tokens).
+std::string ToJsonlLine(const WorkloadRequest& request, bool with_tokens);
+
+// System prompt length of each tenant under `options` (for reports).
+std::vector<int32_t> TenantPrefixLengths(const WorkloadOptions& options);
+
+}  // namespace chunkserve::router
+
+#endif  // CHUNKSERVE_ROUTER_WORKLOAD_H_
