@@ -17,6 +17,7 @@ inline constexpr size_t kRequestOptionsV1Size = 72;
 inline constexpr size_t kEngineStatsV1Size = 160;
 inline constexpr size_t kEngineInfoV1Size = 24;
 inline constexpr size_t kStreamEventV1Size = 48;
+inline constexpr size_t kClientOptionsV1Size = 24;  // added after the engine, still 0.1
 
 #define CHUNKSERVE_CAPI_STR_INNER_(x) #x
 #define CHUNKSERVE_CAPI_STR_(x) CHUNKSERVE_CAPI_STR_INNER_(x)

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "capi/abi_layout.h"
+#include "capi/remote_client.h"
 #include "runtime/base/finish_reason.h"
 #include "runtime/base/status.h"
 #include "runtime/engine/engine.h"
@@ -36,6 +37,10 @@ struct chunkserve_error {
 
 struct chunkserve_engine {
   std::unique_ptr<cs::engine::Engine> engine;
+};
+
+struct chunkserve_client {
+  std::unique_ptr<cs::capi::RemoteClient> client;
 };
 
 namespace {
@@ -214,9 +219,13 @@ Status ToEngineOptions(const chunkserve_engine_options_t& in, cs::engine::Engine
 // A deadline this far away is no deadline; it also keeps now() + deadline from overflowing.
 constexpr uint64_t kMaxDeadlineMs = uint64_t{100} * 365 * 24 * 3600 * 1000;
 
-Status ToRequestOptions(const chunkserve_request_options_t& in, int32_t max_context,
-                        cs::sched::RequestOptions* out) {
-  constexpr const char* kFn = "chunkserve_engine_submit";
+// Prompt plus stop tokens of one remote request: 4 bytes each on the wire, under the servers'
+// default 16 MiB frame limit.
+constexpr uint64_t kMaxWireTokens = 4'000'000;
+
+// `kFn` names the entry point in messages. max_context 0: not known (remote client).
+Status ToRequestOptions(const char* kFn, const chunkserve_request_options_t& in,
+                        int32_t max_context, cs::sched::RequestOptions* out) {
   if (in.prompt_tokens == nullptr && in.num_prompt_tokens != 0) {
     return NullArgument(kFn, "prompt_tokens (with num_prompt_tokens > 0)");
   }
@@ -228,6 +237,13 @@ Status ToRequestOptions(const chunkserve_request_options_t& in, int32_t max_cont
     return Status::InvalidArgument("prompt of " + std::to_string(in.num_prompt_tokens) +
                                    " tokens leaves no room in the context of " +
                                    std::to_string(max_context));
+  }
+  if (max_context <= 0 && (in.num_prompt_tokens > kMaxWireTokens ||
+                           in.num_stop_tokens > kMaxWireTokens - in.num_prompt_tokens)) {
+    // One wire frame carries the request (16 MiB by default on the server side).
+    return Status::InvalidArgument(std::string(kFn) + ": more than " +
+                                   std::to_string(kMaxWireTokens) +
+                                   " prompt and stop tokens do not fit in one request message");
   }
   if (in.num_stop_tokens > static_cast<uint64_t>(INT32_MAX)) {
     return Status::InvalidArgument(std::string(kFn) + ": num_stop_tokens is too large");
@@ -244,6 +260,47 @@ Status ToRequestOptions(const chunkserve_request_options_t& in, int32_t max_cont
     out->deadline =
         cs::sched::Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(in.deadline_ms));
   }
+  return Status::Ok();
+}
+
+constexpr int32_t kDefaultConnectTimeoutMs = 5000;
+constexpr int32_t kDefaultKeepaliveMs = 5000;
+
+chunkserve_client_options_t DefaultClientOptions() {
+  chunkserve_client_options_t o{};
+  o.struct_size = sizeof(o);
+  o.port = 0;
+  o.host = nullptr;
+  o.connect_timeout_ms = kDefaultConnectTimeoutMs;
+  o.keepalive_interval_ms = kDefaultKeepaliveMs;
+  return o;
+}
+
+Status ToClientOptions(const chunkserve_client_options_t& in, cs::capi::RemoteClientOptions* out) {
+  constexpr const char* kFn = "chunkserve_client_create";
+  if (in.host == nullptr) return NullArgument(kFn, "options->host");
+  out->host = in.host;
+  if (out->host.empty()) return Status::InvalidArgument(std::string(kFn) + ": host is empty");
+  if (in.port < 1 || in.port > 65535) {
+    return Status::InvalidArgument(std::string(kFn) + ": port must be in 1..65535, got " +
+                                   std::to_string(in.port));
+  }
+  out->port = static_cast<uint16_t>(in.port);
+  if (in.connect_timeout_ms < 0) {
+    return Status::InvalidArgument(std::string(kFn) + ": connect_timeout_ms must be >= 0, got " +
+                                   std::to_string(in.connect_timeout_ms));
+  }
+  out->connect_timeout = std::chrono::milliseconds(
+      in.connect_timeout_ms != 0 ? in.connect_timeout_ms : kDefaultConnectTimeoutMs);
+  if (in.keepalive_interval_ms < -1) {
+    return Status::InvalidArgument(std::string(kFn) +
+                                   ": keepalive_interval_ms must be >= 0 or -1 (off), got " +
+                                   std::to_string(in.keepalive_interval_ms));
+  }
+  out->keepalive_interval =
+      std::chrono::milliseconds(in.keepalive_interval_ms == -1  ? 0
+                                : in.keepalive_interval_ms != 0 ? in.keepalive_interval_ms
+                                                                : kDefaultKeepaliveMs);
   return Status::Ok();
 }
 
@@ -287,6 +344,9 @@ chunkserve_stream_event_t ToCEvent(const StreamEvent& e, const std::string* mess
 
 struct chunkserve_stream {
   std::shared_ptr<RequestStream> stream;
+  // Set for a remote client's stream: cancelling and destroying also tell the server. Weak, as
+  // the stream may outlive its client.
+  std::weak_ptr<cs::capi::ClientCore> remote;
   std::atomic<bool> has_callback{false};
   std::mutex mu;  // guards callback
   std::shared_ptr<CallbackSlot> callback;
@@ -434,7 +494,7 @@ chunkserve_status_t chunkserve_engine_submit(chunkserve_engine_t* engine,
     CHUNKSERVE_RETURN_IF_ERROR(ReadVersioned(__func__, "chunkserve_request_options_t", request,
                                              chunkserve::capi::kRequestOptionsV1Size, &c));
     cs::sched::RequestOptions ro;
-    CHUNKSERVE_RETURN_IF_ERROR(ToRequestOptions(c, engine->engine->max_context(), &ro));
+    CHUNKSERVE_RETURN_IF_ERROR(ToRequestOptions(__func__, c, engine->engine->max_context(), &ro));
     // Allocated first: once Submit succeeds nothing may fail, or the request would run unowned.
     auto handle = std::make_unique<chunkserve_stream>();
     CHUNKSERVE_ASSIGN_OR_RETURN(handle->stream, engine->engine->Submit(std::move(ro)));
@@ -606,6 +666,8 @@ chunkserve_status_t chunkserve_stream_cancel(chunkserve_stream_t* stream,
   return Guard(__func__, out_error, [&]() -> Status {
     if (stream == nullptr) return NullArgument(__func__, "stream");
     stream->stream->RequestCancel();
+    if (auto core = stream->remote.lock())
+      cs::capi::CoreCancel(*core, stream->stream->id().value());
     return Status::Ok();
   });
 }
@@ -615,6 +677,9 @@ void chunkserve_stream_destroy(chunkserve_stream_t* stream) {
   GuardVoid([&] {
     // Cancelling a finished request is a no-op, so this is unconditional.
     stream->stream->RequestCancel();
+    // A remote request is cancelled on the server and no longer delivered to this stream.
+    if (auto core = stream->remote.lock())
+      cs::capi::CoreForget(*core, stream->stream->id().value());
     std::shared_ptr<CallbackSlot> slot;
     {
       std::lock_guard<std::mutex> lock(stream->mu);
@@ -626,6 +691,91 @@ void chunkserve_stream_destroy(chunkserve_stream_t* stream) {
     }
   });
   delete stream;
+}
+
+// ---- Remote client -----------------------------------------------------------------------------
+
+chunkserve_status_t chunkserve_client_options_init(chunkserve_client_options_t* options,
+                                                   uint32_t struct_size,
+                                                   chunkserve_error_t** out_error) {
+  return Guard(__func__, out_error, [&] {
+    return InitVersioned(__func__, "chunkserve_client_options_t", DefaultClientOptions(),
+                         struct_size, chunkserve::capi::kClientOptionsV1Size, options);
+  });
+}
+
+chunkserve_status_t chunkserve_client_create(const chunkserve_client_options_t* options,
+                                             chunkserve_client_t** out_client,
+                                             chunkserve_error_t** out_error) {
+  return Guard(__func__, out_error, [&]() -> Status {
+    if (out_client == nullptr) return NullArgument(__func__, "out_client");
+    *out_client = nullptr;
+    if (options == nullptr) return NullArgument(__func__, "options");
+    chunkserve_client_options_t c = DefaultClientOptions();
+    CHUNKSERVE_RETURN_IF_ERROR(ReadVersioned(__func__, "chunkserve_client_options_t", options,
+                                             chunkserve::capi::kClientOptionsV1Size, &c));
+    cs::capi::RemoteClientOptions ro;
+    CHUNKSERVE_RETURN_IF_ERROR(ToClientOptions(c, &ro));
+    auto handle = std::make_unique<chunkserve_client>();
+    CHUNKSERVE_ASSIGN_OR_RETURN(handle->client, cs::capi::RemoteClient::Connect(ro));
+    *out_client = handle.release();
+    return Status::Ok();
+  });
+}
+
+void chunkserve_client_destroy(chunkserve_client_t* client) {
+  GuardVoid([&] { delete client; });
+}
+
+chunkserve_status_t chunkserve_client_submit(chunkserve_client_t* client,
+                                             const chunkserve_request_options_t* request,
+                                             chunkserve_stream_t** out_stream,
+                                             chunkserve_error_t** out_error) {
+  return Guard(__func__, out_error, [&]() -> Status {
+    if (out_stream == nullptr) return NullArgument(__func__, "out_stream");
+    *out_stream = nullptr;
+    if (client == nullptr) return NullArgument(__func__, "client");
+    if (request == nullptr) return NullArgument(__func__, "request");
+    chunkserve_request_options_t c = DefaultRequestOptions();
+    CHUNKSERVE_RETURN_IF_ERROR(ReadVersioned(__func__, "chunkserve_request_options_t", request,
+                                             chunkserve::capi::kRequestOptionsV1Size, &c));
+    cs::capi::RemoteRequest rr;
+    CHUNKSERVE_RETURN_IF_ERROR(ToRequestOptions(__func__, c, 0, &rr.options));
+    // What the server would reject anyway is rejected here, synchronously, as the engine does;
+    // the vocabulary and the context are checked by the server.
+    // Negative ids first: the wire carries unsigned ids.
+    for (const std::vector<cs::TokenId>* ids : {&rr.options.prompt, &rr.options.stop_tokens}) {
+      for (size_t i = 0; i < ids->size(); ++i) {
+        if ((*ids)[i] < 0) {
+          return Status::InvalidArgument(std::string(__func__) + ": " +
+                                         (ids == &rr.options.prompt ? "prompt" : "stop") +
+                                         " token " + std::to_string(i) + " has id " +
+                                         std::to_string((*ids)[i]) + "; token ids are >= 0");
+        }
+      }
+    }
+    Status valid = cs::sched::ValidateRequest(rr.options, INT32_MAX, 0);
+    if (!valid.ok()) {
+      return Status::InvalidArgument(std::string(__func__) + ": " + std::string(valid.message()));
+    }
+    rr.options.deadline.reset();
+    if (c.deadline_ms != 0) {
+      rr.deadline_ms = static_cast<uint32_t>(std::min<uint64_t>(c.deadline_ms, UINT32_MAX));
+    }
+    auto handle = std::make_unique<chunkserve_stream>();
+    CHUNKSERVE_ASSIGN_OR_RETURN(handle->stream, client->client->Submit(rr));
+    handle->remote = client->client->core();
+    *out_stream = handle.release();
+    return Status::Ok();
+  });
+}
+
+chunkserve_status_t chunkserve_client_cancel(chunkserve_client_t* client, uint64_t request_id,
+                                             chunkserve_error_t** out_error) {
+  return Guard(__func__, out_error, [&]() -> Status {
+    if (client == nullptr) return NullArgument(__func__, "client");
+    return client->client->Cancel(request_id);
+  });
 }
 
 }  // extern "C"

@@ -159,16 +159,40 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	r, free, err := cRequest(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer free()
+
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.ptr == nil {
+		return nil, ErrClosed
+	}
+	var sptr *C.chunkserve_stream_t
+	var cerr *C.chunkserve_error_t
+	if st := C.chunkserve_engine_submit(e.ptr, &r, &sptr, &cerr); st != 0 {
+		return nil, fromC(st, cerr)
+	}
+	return newStream(ctx, sptr), nil
+}
+
+// cRequest builds the C request options for req. The token arrays go to C memory (cgo forbids
+// passing a Go struct holding Go pointers); the caller calls free after the submit call. A
+// deadline on ctx becomes the request's deadline when it is sooner than req.Timeout.
+func cRequest(ctx context.Context, req Request) (C.chunkserve_request_options_t, func(), error) {
 	var r C.chunkserve_request_options_t
 	var cerr *C.chunkserve_error_t
 	if st := C.chunkserve_request_options_init(&r, C.uint32_t(unsafe.Sizeof(r)), &cerr); st != 0 {
-		return nil, fromC(st, cerr)
+		return r, nil, fromC(st, cerr)
 	}
-	// The token arrays go to C memory: cgo forbids passing a Go struct holding Go pointers.
 	prompt := cInt32s(req.Prompt)
-	defer C.free(unsafe.Pointer(prompt))
 	stops := cInt32s(req.StopTokens)
-	defer C.free(unsafe.Pointer(stops))
+	free := func() {
+		C.free(unsafe.Pointer(prompt))
+		C.free(unsafe.Pointer(stops))
+	}
 	r.prompt_tokens = prompt
 	r.num_prompt_tokens = C.uint64_t(len(req.Prompt))
 	r.stop_tokens = stops
@@ -195,17 +219,7 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 	} else if timeout < 0 || req.Timeout < 0 {
 		r.deadline_ms = 1 // already past: end at the first step
 	}
-
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.ptr == nil {
-		return nil, ErrClosed
-	}
-	var sptr *C.chunkserve_stream_t
-	if st := C.chunkserve_engine_submit(e.ptr, &r, &sptr, &cerr); st != 0 {
-		return nil, fromC(st, cerr)
-	}
-	return newStream(ctx, sptr), nil
+	return r, free, nil
 }
 
 // cInt32s copies s into C memory (nil for an empty slice); the caller frees it.

@@ -91,5 +91,12 @@ int main(void) {
   FIELD(chunkserve_stream_event_t, generated_tokens);
   FIELD(chunkserve_stream_event_t, reserved0);
   FIELD(chunkserve_stream_event_t, error_message);
+
+  STRUCT(chunkserve_client_options_t);
+  FIELD(chunkserve_client_options_t, struct_size);
+  FIELD(chunkserve_client_options_t, port);
+  FIELD(chunkserve_client_options_t, host);
+  FIELD(chunkserve_client_options_t, connect_timeout_ms);
+  FIELD(chunkserve_client_options_t, keepalive_interval_ms);
   return 0;
 }

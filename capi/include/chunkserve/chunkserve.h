@@ -49,13 +49,16 @@
  * threads at once (submit, cancel, stats, shutdown); a stream handle's next, cancel, id and
  * set_callback may also overlap. A *_destroy call must not overlap any other call on the same
  * handle. Blocking: chunkserve_engine_destroy / _shutdown wait for the engine's step thread (and
- * so for a stream callback it is running); chunkserve_stream_destroy waits for a running callback
- * of that stream; nothing else waits on another handle.
+ * so for a stream callback it is running); chunkserve_client_destroy waits for the client's
+ * network thread (and so for a callback of one of its streams); chunkserve_stream_destroy waits
+ * for a running callback of that stream; nothing else waits on another handle. A client handle,
+ * like an engine handle, may be used by many threads at once (submit, cancel).
  *
- * Ownership. Every object a function creates (engine, stream, error) is owned by the caller and
- * freed by its *_destroy / *_free function; *_destroy(NULL) and *_free(NULL) are no-ops. Pointers
- * passed in (options, token arrays, strings) are borrowed for the duration of the call only.
- * Streams and the engine are independent objects: either may be destroyed first.
+ * Ownership. Every object a function creates (engine, client, stream, error) is owned by the
+ * caller and freed by its *_destroy / *_free function; *_destroy(NULL) and *_free(NULL) are
+ * no-ops. Pointers passed in (options, token arrays, strings) are borrowed for the duration of
+ * the call only.
+ * Streams and the engine (or client) are independent objects: either may be destroyed first.
  */
 #ifndef CHUNKSERVE_CHUNKSERVE_H_
 #define CHUNKSERVE_CHUNKSERVE_H_
@@ -391,6 +394,83 @@ CHUNKSERVE_API chunkserve_status_t chunkserve_stream_cancel(chunkserve_stream_t*
  * next step). Safe while the engine runs and after it was destroyed. Must not overlap another
  * call on this stream. NULL: no-op. */
 CHUNKSERVE_API void chunkserve_stream_destroy(chunkserve_stream_t* stream);
+
+/* ---- Remote client (added in chunkserve 0.1, after the engine) ----------------------------- */
+
+/* A connection to a remote chunkserve-router or chunkserve-worker (both speak the same client
+ * protocol, runtime/wire/chunkserve.capnp: Generate / Token / Finish / Cancel / Error). Requests
+ * submitted through it return the same chunkserve_stream_t as the in-process engine: next with a
+ * timeout, callbacks, cancel, id and destroy behave as documented above, with these differences:
+ *  - Validation that needs the model (token ids below the vocabulary size, prompt length against
+ *    the context) and admission (queue full, draining server) happen on the server. Such a
+ *    rejection does not fail chunkserve_client_submit; it ends the stream at once with
+ *    CHUNKSERVE_FINISH_ERROR and the server's status (INVALID_ARGUMENT, RESOURCE_EXHAUSTED for
+ *    "overloaded", ...) and message, or CHUNKSERVE_FINISH_UNAVAILABLE with status UNAVAILABLE
+ *    (retryable: the server drains or shuts down).
+ *  - When the connection fails or the server goes away, every live stream ends with
+ *    CHUNKSERVE_FINISH_UNAVAILABLE, status UNAVAILABLE and a message naming the server and the
+ *    cause; later submits fail with UNAVAILABLE. The client does not reconnect: destroy it and
+ *    create a new one (a request may be retried, e.g. through a router, since it is retryable).
+ *  - Stream callbacks run on the client's network thread (one per client) instead of an engine's
+ *    step thread; the same rules apply, and a callback must not call chunkserve_client_destroy.
+ *  - chunkserve_stream_id is the id the client gave the request (unique per client, from 1);
+ *    chunkserve_stream_cancel sends a Cancel and the FINISHED event (FINISH_CANCELLED, or
+ *    whatever ended the request first) arrives when the server answers; a server that does not
+ *    answer within 5 s gets the stream ended here with FINISH_CANCELLED, so cancelling never
+ *    leaves a stream waiting on an unresponsive server.
+ * Thread-safe: submit and cancel may be called from any number of threads at once. */
+typedef struct chunkserve_client chunkserve_client_t;
+
+/* Client options. Fill with chunkserve_client_options_init, then set host and port.
+ * Version 1 (chunkserve 0.1): 24 bytes on LP64. */
+typedef struct chunkserve_client_options {
+  uint32_t struct_size;          /* sizeof(chunkserve_client_options_t) the caller was built with */
+  int32_t port;                  /* TCP port of the router or worker, 1..65535; no default */
+  const char* host;              /* IPv4 / IPv6 address or host name, UTF-8, borrowed for the
+                                    create call; required, non-empty */
+  int32_t connect_timeout_ms;    /* bound on connecting, >= 0; 0: default 5000 (a host
+                                    name is resolved by the system resolver first) */
+  int32_t keepalive_interval_ms; /* a health probe is sent this often so that servers with an
+                                    idle deadline keep the connection; 0: default 5000; -1: off */
+} chunkserve_client_options_t;
+
+/* Fills *options with the defaults (no host, port 0) and sets struct_size, as
+ * chunkserve_engine_options_init does. Errors: INVALID_ARGUMENT. */
+CHUNKSERVE_API chunkserve_status_t chunkserve_client_options_init(
+    chunkserve_client_options_t* options, uint32_t struct_size, chunkserve_error_t** out_error);
+
+/* Resolves options->host, connects to it within connect_timeout_ms and starts the client's
+ * network thread. On success *out_client is a new client the caller destroys with
+ * chunkserve_client_destroy; on failure it is set to NULL.
+ * Errors: INVALID_ARGUMENT (NULL options or out_client, bad struct_size, empty host, port out of
+ * range, negative timeout), UNAVAILABLE (the host does not resolve, the connection is refused or
+ * does not complete within the timeout; the message says which). */
+CHUNKSERVE_API chunkserve_status_t chunkserve_client_create(
+    const chunkserve_client_options_t* options, chunkserve_client_t** out_client,
+    chunkserve_error_t** out_error);
+
+/* Closes the connection (the server cancels the client's requests), stops the network thread and
+ * frees the client. Every stream still live ends with CHUNKSERVE_FINISH_UNAVAILABLE (status
+ * UNAVAILABLE); streams stay valid and must still be destroyed by the caller. Must not be called
+ * from a stream callback. NULL: no-op. */
+CHUNKSERVE_API void chunkserve_client_destroy(chunkserve_client_t* client);
+
+/* Validates the request as far as possible without the model and sends it. The token arrays are
+ * copied. On success *out_stream is a new stream the caller destroys with
+ * chunkserve_stream_destroy; on failure it is set to NULL. Safe from any thread concurrently.
+ * Errors: INVALID_ARGUMENT (NULL arguments, bad struct_size, empty prompt, a negative token id,
+ * max_new_tokens < 1, bad sampling values, more than 4,000,000 prompt and stop tokens),
+ * RESOURCE_EXHAUSTED (the connection's send queue is full), UNAVAILABLE (not connected). */
+CHUNKSERVE_API chunkserve_status_t chunkserve_client_submit(
+    chunkserve_client_t* client, const chunkserve_request_options_t* request,
+    chunkserve_stream_t** out_stream, chunkserve_error_t** out_error);
+
+/* Cancels the live request with that id (chunkserve_stream_id of one of this client's streams);
+ * its stream then ends with FINISH_CANCELLED unless it ended first. Errors: INVALID_ARGUMENT
+ * (NULL client), NOT_FOUND (no live request of this client has that id). */
+CHUNKSERVE_API chunkserve_status_t chunkserve_client_cancel(chunkserve_client_t* client,
+                                                            uint64_t request_id,
+                                                            chunkserve_error_t** out_error);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -98,6 +98,10 @@ pub struct chunkserve_stream_t {
 pub struct chunkserve_error_t {
     _private: [u8; 0],
 }
+#[repr(C)]
+pub struct chunkserve_client_t {
+    _private: [u8; 0],
+}
 
 /// `typedef void (*chunkserve_stream_callback_t)(const chunkserve_stream_event_t*, void*);`
 /// (nullable, hence the Option).
@@ -235,6 +239,15 @@ structs! {
         pub reserved0: i32,
         pub error_message: *const c_char,
     }
+
+    /// Remote client options (version 1: 24 bytes).
+    pub struct chunkserve_client_options_t {
+        pub struct_size: u32,
+        pub port: i32,
+        pub host: *const c_char,
+        pub connect_timeout_ms: i32,
+        pub keepalive_interval_ms: i32,
+    }
 }
 
 functions! {
@@ -310,4 +323,27 @@ functions! {
         out_error: *mut *mut chunkserve_error_t,
     ) -> chunkserve_status_t;
     pub fn chunkserve_stream_destroy(stream: *mut chunkserve_stream_t);
+
+    pub fn chunkserve_client_options_init(
+        options: *mut chunkserve_client_options_t,
+        struct_size: u32,
+        out_error: *mut *mut chunkserve_error_t,
+    ) -> chunkserve_status_t;
+    pub fn chunkserve_client_create(
+        options: *const chunkserve_client_options_t,
+        out_client: *mut *mut chunkserve_client_t,
+        out_error: *mut *mut chunkserve_error_t,
+    ) -> chunkserve_status_t;
+    pub fn chunkserve_client_destroy(client: *mut chunkserve_client_t);
+    pub fn chunkserve_client_submit(
+        client: *mut chunkserve_client_t,
+        request: *const chunkserve_request_options_t,
+        out_stream: *mut *mut chunkserve_stream_t,
+        out_error: *mut *mut chunkserve_error_t,
+    ) -> chunkserve_status_t;
+    pub fn chunkserve_client_cancel(
+        client: *mut chunkserve_client_t,
+        request_id: u64,
+        out_error: *mut *mut chunkserve_error_t,
+    ) -> chunkserve_status_t;
 }

@@ -315,43 +315,11 @@ impl Engine {
 
     /// Validates and enqueues a request; the stream yields its tokens.
     pub fn submit(&self, request: &Request<'_>) -> Result<Stream> {
-        // SAFETY: as in new().
-        let mut r: sys::chunkserve_request_options_t = unsafe { std::mem::zeroed() };
-        call(|e| unsafe {
-            sys::chunkserve_request_options_init(
-                &mut r,
-                size_of::<sys::chunkserve_request_options_t>() as u32,
-                e,
-            )
-        })?;
-        r.prompt_tokens = request.prompt.as_ptr();
-        r.num_prompt_tokens = request.prompt.len() as u64;
-        r.stop_tokens = request.stop_tokens.as_ptr();
-        r.num_stop_tokens = request.stop_tokens.len() as u64;
-        if request.max_new_tokens != 0 {
-            r.max_new_tokens = request.max_new_tokens;
-        }
-        r.temperature = request.temperature;
-        r.top_k = request.top_k;
-        if request.top_p != 0.0 {
-            r.top_p = request.top_p;
-        }
-        r.seed = request.seed;
-        r.priority = request.priority;
-        if let Some(t) = request.timeout {
-            // Rounded up, so a non-zero timeout never becomes 0 (= no deadline).
-            r.deadline_ms = (t.as_nanos().div_ceil(1_000_000)).clamp(1, u64::MAX as u128) as u64;
-        }
+        let r = c_request(request)?;
         let mut raw = ptr::null_mut();
         // SAFETY: the token slices outlive the call (the library copies them).
         call(|e| unsafe { sys::chunkserve_engine_submit(self.ptr.as_ptr(), &r, &mut raw, e) })?;
-        let ptr = NonNull::new(raw).ok_or_else(|| Error::new(Code::Internal, "null stream"))?;
-        Ok(Stream {
-            ptr,
-            finish: None,
-            ended: false,
-            callback: None,
-        })
+        Stream::from_raw(raw)
     }
 
     /// Cancels the live request with that id ([`Stream::id`]); `NotFound` when none is live.
@@ -398,6 +366,125 @@ impl Drop for Engine {
     fn drop(&mut self) {
         // SAFETY: we own the handle and nothing else can be using it (&mut self).
         unsafe { sys::chunkserve_engine_destroy(self.ptr.as_ptr()) }
+    }
+}
+
+/// The C request options for `request`, pointing into its token slices (which must outlive the
+/// submit call).
+fn c_request(request: &Request<'_>) -> Result<sys::chunkserve_request_options_t> {
+    // SAFETY: zeroed is a valid bit pattern for the plain C struct; init overwrites it.
+    let mut r: sys::chunkserve_request_options_t = unsafe { std::mem::zeroed() };
+    call(|e| unsafe {
+        sys::chunkserve_request_options_init(
+            &mut r,
+            size_of::<sys::chunkserve_request_options_t>() as u32,
+            e,
+        )
+    })?;
+    r.prompt_tokens = request.prompt.as_ptr();
+    r.num_prompt_tokens = request.prompt.len() as u64;
+    r.stop_tokens = request.stop_tokens.as_ptr();
+    r.num_stop_tokens = request.stop_tokens.len() as u64;
+    if request.max_new_tokens != 0 {
+        r.max_new_tokens = request.max_new_tokens;
+    }
+    r.temperature = request.temperature;
+    r.top_k = request.top_k;
+    if request.top_p != 0.0 {
+        r.top_p = request.top_p;
+    }
+    r.seed = request.seed;
+    r.priority = request.priority;
+    if let Some(t) = request.timeout {
+        // Rounded up, so a non-zero timeout never becomes 0 (= no deadline).
+        r.deadline_ms = (t.as_nanos().div_ceil(1_000_000)).clamp(1, u64::MAX as u128) as u64;
+    }
+    Ok(r)
+}
+
+/// Options of [`Client::connect`]; zero values mean the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct ClientOptions {
+    /// Bound on connecting; None: 5 s.
+    pub connect_timeout: Option<Duration>,
+    /// How often a health probe keeps an idle connection open on servers with an idle deadline;
+    /// None: 5 s; `Some(Duration::ZERO)`: no probes.
+    pub keepalive_interval: Option<Duration>,
+}
+
+/// A connection to a remote chunkserve-router or chunkserve-worker. [`Client::submit`] returns
+/// the same [`Stream`] as [`Engine::submit`]. When the connection fails or the server goes away,
+/// live streams end with [`FinishReason::Unavailable`] (retryable) and later submits fail with
+/// [`Code::Unavailable`]; the client does not reconnect. Dropping it closes the connection: live
+/// streams end with `Unavailable` and stay usable. `Send + Sync`: the C client handle is
+/// thread-safe.
+pub struct Client {
+    ptr: NonNull<sys::chunkserve_client_t>,
+}
+
+// SAFETY: the C contract makes the client handle safe to use from any thread at once; only
+// destroy must not overlap other calls, and Drop has exclusive access.
+unsafe impl Send for Client {}
+unsafe impl Sync for Client {}
+
+fn clamp_ms(d: Duration) -> i32 {
+    d.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32
+}
+
+impl Client {
+    /// Connects to `host:port` (the host may be a name or an IPv4/IPv6 address). Errors:
+    /// `InvalidArgument` (empty host, port 0), `Unavailable` (does not resolve, refused, timed
+    /// out; the message says which).
+    pub fn connect(host: &str, port: u16, options: &ClientOptions) -> Result<Client> {
+        // SAFETY: zeroed is a valid bit pattern for the plain C struct; init overwrites it.
+        let mut o: sys::chunkserve_client_options_t = unsafe { std::mem::zeroed() };
+        call(|e| unsafe {
+            sys::chunkserve_client_options_init(
+                &mut o,
+                size_of::<sys::chunkserve_client_options_t>() as u32,
+                e,
+            )
+        })?;
+        let host = CString::new(host)
+            .map_err(|_| Error::new(Code::InvalidArgument, "host contains a NUL byte"))?;
+        o.host = host.as_ptr();
+        o.port = i32::from(port);
+        if let Some(t) = options.connect_timeout {
+            o.connect_timeout_ms = clamp_ms(t).max(1);
+        }
+        if let Some(t) = options.keepalive_interval {
+            o.keepalive_interval_ms = if t.is_zero() { -1 } else { clamp_ms(t) };
+        }
+        let mut raw = ptr::null_mut();
+        // SAFETY: o and host outlive the call; raw receives a new client on success.
+        call(|e| unsafe { sys::chunkserve_client_create(&o, &mut raw, e) })?;
+        let ptr = NonNull::new(raw).ok_or_else(|| Error::new(Code::Internal, "null client"))?;
+        Ok(Client { ptr })
+    }
+
+    /// Sends a request; the stream yields its tokens. Checks that need the model (token ids
+    /// below the vocabulary, the context) and admission happen on the server: such a rejection
+    /// ends the stream with its error (e.g. `InvalidArgument`, `ResourceExhausted`).
+    pub fn submit(&self, request: &Request<'_>) -> Result<Stream> {
+        let r = c_request(request)?;
+        let mut raw = ptr::null_mut();
+        // SAFETY: the token slices outlive the call (the library copies them).
+        call(|e| unsafe { sys::chunkserve_client_submit(self.ptr.as_ptr(), &r, &mut raw, e) })?;
+        Stream::from_raw(raw)
+    }
+
+    /// Cancels this client's live request with that id ([`Stream::id`]); `NotFound` when none
+    /// is live.
+    pub fn cancel(&self, request_id: u64) -> Result<()> {
+        // SAFETY: a live client handle.
+        call(|e| unsafe { sys::chunkserve_client_cancel(self.ptr.as_ptr(), request_id, e) })
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        // SAFETY: we own the handle and nothing else can be using it (&mut self).
+        unsafe { sys::chunkserve_client_destroy(self.ptr.as_ptr()) }
     }
 }
 
@@ -526,7 +613,17 @@ unsafe impl Send for Stream {}
 unsafe impl Sync for Stream {}
 
 impl Stream {
-    /// The request id, for [`Engine::cancel`].
+    fn from_raw(raw: *mut sys::chunkserve_stream_t) -> Result<Stream> {
+        let ptr = NonNull::new(raw).ok_or_else(|| Error::new(Code::Internal, "null stream"))?;
+        Ok(Stream {
+            ptr,
+            finish: None,
+            ended: false,
+            callback: None,
+        })
+    }
+
+    /// The request id, for [`Engine::cancel`] (or [`Client::cancel`]).
     pub fn id(&self) -> u64 {
         // SAFETY: a live stream handle.
         unsafe { sys::chunkserve_stream_id(self.ptr.as_ptr()) }

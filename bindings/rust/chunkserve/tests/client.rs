@@ -1,0 +1,140 @@
+//! The remote client against a real chunkserve-worker process (CHUNKSERVE_WORKER_BIN, set by
+//! ctest) on 127.0.0.1 with an ephemeral port: streaming equals the in-process engine, and
+//! cancellation. Without CHUNKSERVE_WORKER_BIN the tests print a note and pass trivially.
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use chunkserve::{Client, ClientOptions, Code, Event, FinishReason, Request};
+
+/// A worker process, killed on drop.
+struct Worker {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_worker() -> Option<Worker> {
+    let Some(bin) = std::env::var_os("CHUNKSERVE_WORKER_BIN") else {
+        eprintln!("CHUNKSERVE_WORKER_BIN is not set (ctest sets it); skipping");
+        return None;
+    };
+    let mut child = Command::new(bin)
+        // 16-token chunks as common::options(), so in-process references compute the same way.
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+            "--kv-cache-mb",
+            "32",
+        ])
+        .args(["--chunk-size", "16"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting chunkserve-worker");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if let Some(addr) = line.strip_prefix("listening on ") {
+                let port = addr
+                    .trim()
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse::<u16>().ok());
+                let _ = tx.send(port);
+            }
+        }
+    });
+    let mut worker = Worker { child, port: 0 };
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Some(port)) => worker.port = port,
+        other => panic!("the worker did not print its port: {other:?}"),
+    }
+    Some(worker)
+}
+
+#[test]
+fn remote_stream_equals_the_in_process_engine() {
+    let Some(worker) = start_worker() else { return };
+    let client = Client::connect("127.0.0.1", worker.port, &ClientOptions::default())
+        .expect("Client::connect");
+    let prompt = common::prompt(60, 3);
+    let request = Request {
+        prompt: &prompt,
+        max_new_tokens: 12,
+        ..Default::default()
+    };
+    let mut stream = client.submit(&request).expect("submit");
+    assert_eq!(stream.id(), 1);
+    let remote: Vec<i32> = stream.by_ref().collect::<Result<_, _>>().expect("tokens");
+    let finish = stream.finish().expect("finish").clone();
+    assert_eq!(finish.reason, FinishReason::Length);
+    assert_eq!(finish.generated_tokens, 12);
+    assert_eq!(finish.prompt_tokens, 60);
+
+    let engine = common::engine();
+    let local: Vec<i32> = engine
+        .submit(&request)
+        .expect("in-process submit")
+        .collect::<Result<_, _>>()
+        .expect("in-process tokens");
+    assert_eq!(remote, local);
+
+    // Rejected by the worker (token id >= vocab): the error comes through the stream.
+    let bad = [1, 5000];
+    let mut rejected = client
+        .submit(&Request {
+            prompt: &bad,
+            ..Default::default()
+        })
+        .expect("submit");
+    let err = rejected.find_map(|t| t.err()).expect("an error");
+    assert_eq!(err.code, Code::InvalidArgument, "{err}");
+}
+
+#[test]
+fn cancelling_a_remote_stream() {
+    let Some(worker) = start_worker() else { return };
+    let client = Client::connect("127.0.0.1", worker.port, &ClientOptions::default())
+        .expect("Client::connect");
+    let prompt = common::prompt(20, 4);
+    let mut stream = client
+        .submit(&Request {
+            prompt: &prompt,
+            max_new_tokens: 4000,
+            ..Default::default()
+        })
+        .expect("submit");
+    match stream.next_event(Some(Duration::from_secs(60))) {
+        Ok(Some(Event::Token { index: 0, .. })) => {}
+        other => panic!("first event: {other:?}"),
+    }
+    stream.cancel().expect("cancel");
+    let finish = stream.wait().expect("wait");
+    assert_eq!(finish.reason, FinishReason::Cancelled);
+    assert!(finish.generated_tokens < 3999, "{finish:?}");
+    // By id, after the end: NotFound. A closed port: Unavailable.
+    assert_eq!(client.cancel(stream.id()).unwrap_err().code, Code::NotFound);
+    drop(client);
+    drop(worker);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    drop(listener);
+    let err = Client::connect("127.0.0.1", port, &ClientOptions::default())
+        .err()
+        .expect("connecting to a closed port fails");
+    assert_eq!(err.code, Code::Unavailable);
+    assert!(err.message.contains(&port.to_string()), "{err}");
+}

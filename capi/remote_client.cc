@@ -1,0 +1,457 @@
+#include "capi/remote_client.h"
+
+#include <capnp/message.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <asio.hpp>
+#include <exception>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "runtime/base/finish_reason.h"
+#include "runtime/wire/connection.h"
+#include "runtime/wire/framing.h"
+
+namespace chunkserve::capi {
+
+using wire::schema::Envelope;
+
+// State shared by the client, its network thread and (weakly) its streams. Every stream push
+// happens on the network thread, so a stream's tokens and its terminal event keep their order
+// and the counts in the terminal event are exact.
+class ClientCore {
+ public:
+  explicit ClientCore(RemoteClientOptions o)
+      : options(std::move(o)),
+        peer(options.host + ":" + std::to_string(options.port)),
+        keepalive(io) {}
+
+  // A request in flight: its stream and what its terminal event needs to report.
+  struct Live {
+    std::shared_ptr<sched::RequestStream> stream;
+    int32_t prompt_tokens = 0;
+    int32_t generated = 0;  // network thread only
+  };
+
+  asio::io_context io;  // first member: outlives everything bound to it
+  const RemoteClientOptions options;
+  const std::string peer;        // "host:port", for messages
+  asio::steady_timer keepalive;  // network thread only (and before it starts)
+
+  // Requests cancelled by the client, each with a timer that ends it locally if the server does
+  // not answer the Cancel in time (network thread only).
+  std::unordered_map<uint64_t, std::shared_ptr<asio::steady_timer>> cancel_timers;
+
+  std::mutex mu;
+  std::shared_ptr<wire::Connection> connection;  // null once the connection ended
+  std::unordered_map<uint64_t, Live> live;       // guarded by mu
+  uint64_t next_id = 1;                          // guarded by mu
+  std::string down_reason;                       // guarded by mu; why connection is null
+  std::string server_error;                      // guarded by mu; last connection-level Error
+};
+
+namespace {
+
+std::vector<uint8_t> Encode(capnp::MallocMessageBuilder& builder) {
+  Result<std::vector<uint8_t>> bytes = wire::EncodeFrame(builder);
+  return bytes.ok() ? std::move(bytes).value() : std::vector<uint8_t>{};
+}
+
+std::vector<uint8_t> HealthFrame() {
+  capnp::MallocMessageBuilder builder;
+  builder.initRoot<Envelope>().initHealthRequest();
+  return Encode(builder);
+}
+
+std::vector<uint8_t> CancelFrame(uint64_t id) {
+  capnp::MallocMessageBuilder builder;
+  builder.initRoot<Envelope>().initCancel().setRequestId(id);
+  return Encode(builder);
+}
+
+StatusCode FromWire(wire::schema::ErrorCode code) {
+  const auto v = static_cast<uint16_t>(code);
+  return v <= static_cast<uint16_t>(StatusCode::kAborted) ? static_cast<StatusCode>(v)
+                                                          : StatusCode::kInternal;
+}
+
+FinishReason FromWire(wire::schema::FinishReason reason) {
+  const auto v = static_cast<uint16_t>(reason);
+  // Consumers treat an unknown reason as an error (schema rule).
+  return v <= static_cast<uint16_t>(FinishReason::kUnavailable) ? static_cast<FinishReason>(v)
+                                                                : FinishReason::kError;
+}
+
+// Removes and returns every live request and marks the core down (network thread, or after it
+// stopped). Returns the connection that was up, if any.
+std::shared_ptr<wire::Connection> MarkDown(ClientCore& c, const std::string& reason,
+                                           std::unordered_map<uint64_t, ClientCore::Live>* live) {
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.down_reason.empty()) c.down_reason = reason;
+  live->swap(c.live);
+  return std::move(c.connection);
+}
+
+void EndAll(std::unordered_map<uint64_t, ClientCore::Live>& live, const Status& status) {
+  for (auto& [id, l] : live) {
+    sched::FinishInfo info;
+    info.reason = FinishReason::kUnavailable;
+    info.error = status;
+    info.prompt_tokens = l.prompt_tokens;
+    info.generated_tokens = l.generated;
+    l.stream->PushFinish(info);
+  }
+}
+
+void CancelTimer(asio::steady_timer& timer) {
+  try {
+    timer.cancel();
+  } catch (...) {
+    // Cancelling a timer fails only on a broken loop; the loop is shutting down anyway.
+  }
+}
+
+// Stops every timer (network thread), so that the loop runs out of work once the connection is
+// closed.
+void CancelTimers(ClientCore& c) {
+  CancelTimer(c.keepalive);
+  for (auto& [id, timer] : c.cancel_timers) CancelTimer(*timer);
+  c.cancel_timers.clear();
+}
+
+// How long a cancelled request waits for the server's Finish before it is ended here: a server
+// that is connected but no longer answers must not leave a cancelled stream (and a binding's
+// Close waiting on it) hanging.
+constexpr auto kCancelGrace = std::chrono::seconds(5);
+
+// Network thread. Arms the grace timer of a cancelled request (once per request).
+void ArmCancelGrace(ClientCore& c, uint64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (c.live.count(id) == 0 || c.connection == nullptr) return;
+  }
+  if (c.cancel_timers.count(id) != 0) return;
+  auto timer = std::make_shared<asio::steady_timer>(c.io, kCancelGrace);
+  c.cancel_timers[id] = timer;
+  // The handler holds the timer, so erasing it from the map while the handler runs is safe.
+  timer->async_wait([&c, id, timer](const asio::error_code& ec) {
+    if (ec) return;  // answered in time, or shutting down
+    c.cancel_timers.erase(id);
+    ClientCore::Live l;
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      auto it = c.live.find(id);
+      if (it == c.live.end()) return;
+      l = std::move(it->second);
+      c.live.erase(it);
+    }
+    sched::FinishInfo info;
+    info.reason = FinishReason::kCancelled;
+    info.prompt_tokens = l.prompt_tokens;
+    info.generated_tokens = l.generated;
+    l.stream->PushFinish(info);
+  });
+}
+
+// Any thread: sends a Cancel for a live request and arms its grace timer. Called with c.mu held.
+void SendCancelLocked(ClientCore& c, uint64_t id) {
+  if (c.connection == nullptr) return;
+  (void)c.connection->SendBytes(CancelFrame(id));
+  asio::post(c.io, [&c, id] { ArmCancelGrace(c, id); });
+}
+
+// Network thread: the request ended; its grace timer, if any, is no longer needed.
+void DisarmCancelGrace(ClientCore& c, uint64_t id) {
+  auto it = c.cancel_timers.find(id);
+  if (it == c.cancel_timers.end()) return;
+  CancelTimer(*it->second);
+  c.cancel_timers.erase(it);
+}
+
+void OnClose(ClientCore& c, const Status& reason) {
+  std::string why =
+      reason.ok() ? std::string("the server closed the connection") : std::string(reason.message());
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (!c.server_error.empty()) why += " (server said: " + c.server_error + ")";
+  }
+  const std::string message = "connection to " + c.peer + " lost: " + why;
+  std::unordered_map<uint64_t, ClientCore::Live> live;
+  MarkDown(c, message, &live);
+  CancelTimers(c);
+  EndAll(live, Status::Unavailable(message));
+}
+
+void OnMessage(ClientCore& c, wire::DecodedMessage& message) {
+  Envelope::Reader root = message.root();
+  switch (root.which()) {
+    case Envelope::TOKEN: {
+      auto t = root.getToken();
+      std::shared_ptr<sched::RequestStream> stream;
+      {
+        std::lock_guard<std::mutex> lock(c.mu);
+        auto it = c.live.find(t.getRequestId());
+        if (it == c.live.end()) return;  // forgotten (stream destroyed) or unknown
+        ++it->second.generated;
+        stream = it->second.stream;
+      }
+      stream->PushToken(static_cast<TokenId>(t.getToken()), t.getIndex());
+      return;
+    }
+    case Envelope::FINISH: {
+      auto f = root.getFinish();
+      ClientCore::Live l;
+      {
+        std::lock_guard<std::mutex> lock(c.mu);
+        auto it = c.live.find(f.getRequestId());
+        if (it == c.live.end()) return;
+        l = std::move(it->second);
+        c.live.erase(it);
+      }
+      DisarmCancelGrace(c, f.getRequestId());
+      sched::FinishInfo info;
+      info.reason = FromWire(f.getReason());
+      info.prompt_tokens = f.getPromptTokens();
+      info.cached_tokens = f.getCachedTokens();
+      info.generated_tokens = f.getGeneratedTokens();
+      if (info.reason == FinishReason::kError || info.reason == FinishReason::kUnavailable) {
+        StatusCode code = FromWire(f.getErrorCode());
+        if (code == StatusCode::kOk) {
+          code = info.reason == FinishReason::kError ? StatusCode::kInternal
+                                                     : StatusCode::kUnavailable;
+        }
+        const std::string text = f.getErrorMessage().cStr();
+        info.error = Status(code, c.peer + ": " + (text.empty() ? "request failed" : text));
+      }
+      l.stream->PushFinish(info);
+      return;
+    }
+    case Envelope::ERROR: {
+      auto e = root.getError();
+      const StatusCode code = FromWire(e.getCode());
+      const std::string text = e.getMessage().cStr();
+      if (e.getRequestId() == 0) {
+        // A connection-level error. Unimplemented answers a message the server does not serve
+        // (a router may not answer the keepalive's HealthRequest): harmless. Anything else
+        // precedes the server closing the connection; keep it for the streams' message.
+        if (code != StatusCode::kUnimplemented) {
+          std::lock_guard<std::mutex> lock(c.mu);
+          c.server_error = text;
+        }
+        return;
+      }
+      ClientCore::Live l;
+      {
+        std::lock_guard<std::mutex> lock(c.mu);
+        auto it = c.live.find(e.getRequestId());
+        if (it == c.live.end()) return;
+        l = std::move(it->second);
+        c.live.erase(it);
+      }
+      DisarmCancelGrace(c, e.getRequestId());
+      sched::FinishInfo info;
+      info.reason =
+          code == StatusCode::kUnavailable ? FinishReason::kUnavailable : FinishReason::kError;
+      info.error = Status(code == StatusCode::kOk ? StatusCode::kInternal : code,
+                          c.peer + " rejected the request: " + text);
+      info.prompt_tokens = l.prompt_tokens;
+      info.generated_tokens = l.generated;
+      l.stream->PushFinish(info);
+      return;
+    }
+    default:
+      return;  // Health (the keepalive's answer), Stats, and members newer than this client
+  }
+}
+
+void ArmKeepalive(ClientCore& c) {
+  if (c.options.keepalive_interval.count() <= 0) return;
+  c.keepalive.expires_after(c.options.keepalive_interval);
+  c.keepalive.async_wait([&c](const asio::error_code& ec) {
+    if (ec) return;
+    std::shared_ptr<wire::Connection> connection;
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      connection = c.connection;
+    }
+    if (connection == nullptr) return;
+    (void)connection->SendBytes(HealthFrame());
+    ArmKeepalive(c);
+  });
+}
+
+// TCP keepalive, so that a peer that vanishes without closing (host down, network cut) is
+// detected within about 20 s even while no request runs. Best effort.
+void EnableTcpKeepalive(asio::ip::tcp::socket& socket) {
+  const int fd = socket.native_handle();
+  int on = 1, idle = 10, interval = 5, count = 2;
+  (void)::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+}
+
+void RunLoop(ClientCore& c) {
+  for (;;) {
+    try {
+      c.io.run();
+      return;
+    } catch (...) {
+      // A handler threw (out of memory while delivering): keep serving the connection.
+    }
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RemoteClient>> RemoteClient::Connect(const RemoteClientOptions& options) {
+  auto core = std::make_shared<ClientCore>(options);
+  ClientCore& c = *core;
+  const std::string& peer = c.peer;
+
+  asio::error_code ec;
+  asio::ip::tcp::resolver resolver(c.io);
+  const auto endpoints = resolver.resolve(options.host, std::to_string(options.port),
+                                          asio::ip::resolver_base::numeric_service, ec);
+  if (ec) return Status::Unavailable("cannot resolve " + options.host + ": " + ec.message());
+
+  // Connect with a deadline: run the loop on this thread until the connect completes or time
+  // runs out, then close the socket to abort it.
+  asio::ip::tcp::socket socket(c.io);
+  asio::error_code connect_ec = asio::error::would_block;
+  asio::async_connect(
+      socket, endpoints,
+      [&connect_ec](const asio::error_code& e, const asio::ip::tcp::endpoint&) { connect_ec = e; });
+  c.io.run_for(options.connect_timeout);
+  if (connect_ec == asio::error::would_block) {
+    socket.close(ec);
+    c.io.restart();
+    c.io.run();  // completes the aborted connect, whose handler refers to this frame
+    return Status::Unavailable("connecting to " + peer + " timed out after " +
+                               std::to_string(options.connect_timeout.count()) + " ms");
+  }
+  c.io.restart();
+  if (connect_ec) {
+    return Status::Unavailable("cannot connect to " + peer + ": " + connect_ec.message());
+  }
+  EnableTcpKeepalive(socket);
+
+  // The connection's own deadlines stay off: a client may wait arbitrarily long for tokens.
+  auto connection = wire::Connection::Create(std::move(socket), wire::ConnectionOptions{});
+  c.connection = connection;
+  ClientCore* raw = core.get();  // handlers run on the network thread, which the core outlives
+  connection->Start([raw](wire::DecodedMessage& m) { OnMessage(*raw, m); },
+                    [raw](const Status& reason) { OnClose(*raw, reason); });
+  // A first frame right away: servers close connections whose first frame is late (the worker's
+  // handshake deadline), and a client may connect long before it submits.
+  CHUNKSERVE_RETURN_IF_ERROR(connection->SendBytes(HealthFrame()));
+  ArmKeepalive(c);
+
+  std::unique_ptr<RemoteClient> client(new RemoteClient());
+  client->core_ = core;
+  client->thread_ = std::thread([core] { RunLoop(*core); });
+  return client;
+}
+
+RemoteClient::~RemoteClient() {
+  ClientCore* c = core_.get();
+  const auto shut_down = [c] {
+    std::unordered_map<uint64_t, ClientCore::Live> live;
+    std::shared_ptr<wire::Connection> connection = MarkDown(*c, "the client was destroyed", &live);
+    CancelTimers(*c);
+    // Closing ends the pending read and write, so the loop runs out of work and returns.
+    if (connection != nullptr) connection->Close(Status::Cancelled("client destroyed"));
+    EndAll(live, Status::Unavailable("the client of " + c->peer + " was destroyed"));
+  };
+  if (thread_.joinable() && std::this_thread::get_id() == thread_.get_id()) {
+    // Destroyed from a stream callback against the header's advice: shut down from here and let
+    // the loop (which holds the core) finish on its own.
+    shut_down();
+    thread_.detach();
+    return;
+  }
+  try {
+    asio::post(c->io, shut_down);
+  } catch (...) {
+  }
+  if (thread_.joinable()) thread_.join();
+  // The loop may have ended before the posted shutdown ran (the connection was already closed,
+  // which ended every stream); whatever is left is ended here, with no thread to race.
+  shut_down();
+}
+
+Result<std::shared_ptr<sched::RequestStream>> RemoteClient::Submit(const RemoteRequest& request) {
+  ClientCore& c = *core_;
+  const sched::RequestOptions& r = request.options;
+  uint64_t id = 0;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (c.connection == nullptr) return Status::Unavailable("not connected: " + c.down_reason);
+    id = c.next_id++;
+  }
+  capnp::MallocMessageBuilder builder;
+  auto g = builder.initRoot<Envelope>().initGenerate();
+  g.setRequestId(id);
+  auto prompt = g.initPrompt(static_cast<unsigned>(r.prompt.size()));
+  for (size_t i = 0; i < r.prompt.size(); ++i) {
+    prompt.set(static_cast<unsigned>(i), static_cast<uint32_t>(r.prompt[i]));
+  }
+  auto sampling = g.initSampling();
+  sampling.setTemperature(r.sampling.temperature);
+  sampling.setTopK(r.sampling.top_k);
+  sampling.setTopP(r.sampling.top_p);
+  sampling.setSeed(r.sampling.seed);
+  g.setMaxNewTokens(r.max_new_tokens);
+  auto stops = g.initStopTokens(static_cast<unsigned>(r.stop_tokens.size()));
+  for (size_t i = 0; i < r.stop_tokens.size(); ++i) {
+    stops.set(static_cast<unsigned>(i), static_cast<uint32_t>(r.stop_tokens[i]));
+  }
+  g.setDeadlineMs(request.deadline_ms);
+  g.setPriority(r.priority);
+  CHUNKSERVE_ASSIGN_OR_RETURN(std::vector<uint8_t> frame, wire::EncodeFrame(builder));
+
+  auto stream = std::make_shared<sched::RequestStream>(RequestId(id));
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.connection == nullptr) return Status::Unavailable("not connected: " + c.down_reason);
+  // Registered before the frame is queued, so that the first Token finds it.
+  ClientCore::Live& l = c.live[id];
+  l.stream = stream;
+  l.prompt_tokens = static_cast<int32_t>(r.prompt.size());
+  Status sent = c.connection->SendBytes(std::move(frame));
+  if (!sent.ok()) {
+    c.live.erase(id);
+    return Status(sent.code(), "sending to " + c.peer + ": " + std::string(sent.message()));
+  }
+  return stream;
+}
+
+Status RemoteClient::Cancel(uint64_t request_id) {
+  ClientCore& c = *core_;
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.live.count(request_id) == 0) {
+    return Status::NotFound("no live request with id " + std::to_string(request_id) +
+                            " on this client");
+  }
+  SendCancelLocked(c, request_id);
+  return Status::Ok();
+}
+
+std::weak_ptr<ClientCore> RemoteClient::core() const { return core_; }
+
+void CoreCancel(ClientCore& c, uint64_t request_id) {
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.live.count(request_id) != 0) SendCancelLocked(c, request_id);
+}
+
+void CoreForget(ClientCore& c, uint64_t request_id) {
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.live.erase(request_id) != 0 && c.connection != nullptr) {
+    (void)c.connection->SendBytes(CancelFrame(request_id));
+  }
+}
+
+}  // namespace chunkserve::capi

@@ -1,0 +1,76 @@
+// RemoteClient: the C ABI's chunkserve_client_t, a connection to a router or worker speaking the
+// client protocol of runtime/wire/chunkserve.capnp (Generate -> Token* Finish | Error; Cancel).
+//
+// Each request gets a sched::RequestStream, the same object the in-process engine hands out, so
+// the C stream functions work unchanged; the client's network thread (one Asio io_context per
+// client, running a wire::Connection) is the producer that pushes Token / Finish events into it.
+// Server-side rejections (Error with the request's id) become the stream's terminal event. When
+// the connection ends for any reason, every live stream ends with kUnavailable. A cancelled
+// request whose Finish does not arrive within a few seconds is ended locally (kCancelled), so a
+// hung server cannot leave a cancelled stream waiting.
+//
+// Lifetime: streams keep a std::weak_ptr to the shared ClientCore (to send Cancel and to forget
+// their id when destroyed), so they may outlive the client; the io_context lives in the core and
+// the network thread is joined by ~RemoteClient before the client lets go of the core.
+//
+// Thread safety: Submit / Cancel / Forget from any thread; the destructor must not overlap them.
+#ifndef CHUNKSERVE_CAPI_REMOTE_CLIENT_H_
+#define CHUNKSERVE_CAPI_REMOTE_CLIENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "runtime/base/status.h"
+#include "runtime/sched/request.h"
+#include "runtime/sched/stream.h"
+
+namespace chunkserve::capi {
+
+struct RemoteClientOptions {
+  std::string host;
+  uint16_t port = 0;
+  std::chrono::milliseconds connect_timeout{5000};
+  std::chrono::milliseconds keepalive_interval{5000};  // 0: no keepalive probes
+};
+
+// A request as sent: the engine's options plus the relative deadline the wire carries.
+struct RemoteRequest {
+  sched::RequestOptions options;  // `deadline` is ignored; see deadline_ms
+  uint32_t deadline_ms = 0;       // 0: none
+};
+
+class ClientCore;
+
+class RemoteClient {
+ public:
+  static Result<std::unique_ptr<RemoteClient>> Connect(const RemoteClientOptions& options);
+  ~RemoteClient();
+
+  RemoteClient(const RemoteClient&) = delete;
+  RemoteClient& operator=(const RemoteClient&) = delete;
+
+  // Sends the request; the stream's id is the wire request id.
+  Result<std::shared_ptr<sched::RequestStream>> Submit(const RemoteRequest& request);
+  // NotFound when no live request has that id.
+  Status Cancel(uint64_t request_id);
+
+  // For the streams: the core, to cancel or forget their request after the client is gone.
+  std::weak_ptr<ClientCore> core() const;
+
+ private:
+  RemoteClient() = default;
+  std::shared_ptr<ClientCore> core_;
+  std::thread thread_;
+};
+
+// Called by streams through their weak_ptr. Cancel sends a Cancel for a live request (no-op
+// otherwise); Forget also stops delivering to the request (its stream is being destroyed).
+void CoreCancel(ClientCore& core, uint64_t request_id);
+void CoreForget(ClientCore& core, uint64_t request_id);
+
+}  // namespace chunkserve::capi
+
+#endif  // CHUNKSERVE_CAPI_REMOTE_CLIENT_H_
