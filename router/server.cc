@@ -15,6 +15,7 @@
 #include "runtime/base/logging.h"
 #include "runtime/kvcache/chunk_hash.h"
 #include "runtime/wire/framing.h"
+#include "runtime/wire/http_probe.h"
 
 namespace chunkserve::router {
 namespace {
@@ -145,17 +146,19 @@ class Server final : public RouterServer {
     if (membership_.model_known()) core.chain_seeds = {membership_.chain_seed()};
     CHUNKSERVE_ASSIGN_OR_RETURN(core_, RouterCore::Create(core));
     if (options_.max_attempts < 1) return Status::InvalidArgument("max_attempts must be >= 1");
-    CHUNKSERVE_RETURN_IF_ERROR(Listen(acceptor_, options_.listen_host, options_.listen_port));
+    CHUNKSERVE_RETURN_IF_ERROR(wire::ListenTcp(acceptor_, options_.listen_host, options_.listen_port));
     if (options_.http_port >= 0) {
       CHUNKSERVE_RETURN_IF_ERROR(
-          Listen(http_acceptor_, options_.http_host, static_cast<uint16_t>(options_.http_port)));
+          wire::ListenTcp(http_acceptor_, options_.http_host, static_cast<uint16_t>(options_.http_port)));
     }
     return Status::Ok();
   }
 
   void Start() {
     Accept();
-    if (http_acceptor_.is_open()) AcceptHttp();
+    if (http_acceptor_.is_open()) {
+      wire::ServeHttp(http_acceptor_, [this](const std::string& path) { return Probe(path); });
+    }
     ScheduleLeaseCheck();
   }
 
@@ -196,21 +199,6 @@ class Server final : public RouterServer {
   }
 
  private:
-  static Status Listen(asio::ip::tcp::acceptor& acceptor, const std::string& host, uint16_t port) {
-    asio::error_code ec;
-    const asio::ip::address address = asio::ip::make_address(host, ec);
-    if (ec) return Status::InvalidArgument("bad listen address: " + host);
-    const asio::ip::tcp::endpoint endpoint(address, port);
-    acceptor.open(endpoint.protocol(), ec);
-    if (!ec) acceptor.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor.bind(endpoint, ec);
-    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) {
-      return Status::Unavailable("cannot listen on " + host + ":" + std::to_string(port) + ": " +
-                                 ec.message());
-    }
-    return Status::Ok();
-  }
 
   // --- accepted connections -------------------------------------------------------------------
 
@@ -944,82 +932,15 @@ class Server final : public RouterServer {
 
   bool Ready() const { return !shutting_down_ && workers_alive() > 0; }
 
-  struct HttpRequest {
-    explicit HttpRequest(asio::ip::tcp::socket s)
-        : socket(std::move(s)), timer(socket.get_executor()) {}
-    asio::ip::tcp::socket socket;
-    asio::steady_timer timer;
-    std::string buffer;
-    std::string response;
-  };
-
-  void AcceptHttp() {
-    http_acceptor_.async_accept([this](const asio::error_code& ec, asio::ip::tcp::socket socket) {
-      if (ec) {
-        if (ec == asio::error::operation_aborted || !http_acceptor_.is_open()) return;
-        AcceptHttp();
-        return;
-      }
-      auto req = std::make_shared<HttpRequest>(std::move(socket));
-      req->timer.expires_after(std::chrono::seconds(5));
-      req->timer.async_wait([req](const asio::error_code& e) {
-        if (!e) {
-          asio::error_code ignored;
-          req->socket.close(ignored);
-        }
-      });
-      asio::async_read_until(
-          req->socket, asio::dynamic_buffer(req->buffer, 8192), "\r\n\r\n",
-          [this, req](const asio::error_code& e, size_t) {
-            if (e) {
-              asio::error_code ignored;
-              req->socket.close(ignored);
-              req->timer.cancel();
-              return;
-            }
-            req->response = HandleHttp(req->buffer);
-            asio::async_write(req->socket, asio::buffer(req->response),
-                              [req](const asio::error_code&, size_t) {
-                                asio::error_code ignored;
-                                req->socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-                                req->socket.close(ignored);
-                                req->timer.cancel();
-                              });
-          });
-      AcceptHttp();
-    });
-  }
-
-  std::string HandleHttp(const std::string& request) {
-    const size_t line_end = request.find("\r\n");
-    const std::string line = request.substr(0, line_end);
-    const size_t sp1 = line.find(' ');
-    const size_t sp2 = sp1 == std::string::npos ? std::string::npos : line.find(' ', sp1 + 1);
-    bool head = false;
-    auto reply = [&head](int code, const char* reason, const std::string& type,
-                         const std::string& body) {
-      return "HTTP/1.1 " + std::to_string(code) + " " + reason + "\r\nContent-Type: " + type +
-             "\r\nContent-Length: " + std::to_string(body.size()) +
-             "\r\nConnection: close\r\n\r\n" + (head ? std::string() : body);
-    };
-    if (sp1 == std::string::npos || sp2 == std::string::npos) {
-      return reply(400, "Bad Request", "text/plain", "bad request\n");
-    }
-    const std::string method = line.substr(0, sp1);
-    head = method == "HEAD";
-    std::string path = line.substr(sp1 + 1, sp2 - sp1 - 1);
-    if (const size_t q = path.find('?'); q != std::string::npos) path.resize(q);
-    if (method != "GET" && method != "HEAD") {
-      return reply(405, "Method Not Allowed", "text/plain", "only GET\n");
-    }
-    if (path == "/livez") return reply(200, "OK", "text/plain", "ok\n");
+  // /livez: the process answers; /readyz: see Ready(); /metrics: Prometheus text.
+  wire::HttpReply Probe(const std::string& path) {
+    if (path == "/livez") return {200, "text/plain", "ok\n"};
     if (path == "/readyz") {
-      return Ready() ? reply(200, "OK", "text/plain", "ready\n")
-                     : reply(503, "Service Unavailable", "text/plain",
-                             shutting_down_ ? "shutting down\n" : "no worker alive\n");
+      if (Ready()) return {200, "text/plain", "ready\n"};
+      return {503, "text/plain", shutting_down_ ? "shutting down\n" : "no worker alive\n"};
     }
-    if (path == "/metrics") return reply(200, "OK", "text/plain; version=0.0.4", Metrics());
-    return reply(404, "Not Found", "text/plain", "not found\n");
+    if (path == "/metrics") return {200, "text/plain; version=0.0.4", Metrics()};
+    return {404, "text/plain", "not found\n"};
   }
 
   std::string Metrics() {
