@@ -3,8 +3,6 @@
 #ifndef CHUNKSERVE_TESTS_ROUTER_ROUTER_PROCESS_H_
 #define CHUNKSERVE_TESTS_ROUTER_ROUTER_PROCESS_H_
 
-#include <sys/types.h>
-
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -14,30 +12,15 @@
 
 #include "runtime/base/status.h"
 #include "runtime/wire/client.h"
+#include "tests/testing/server_process.h"
 
 namespace chunkserve::router::testing {
 
-class RouterProcess {
+class RouterProcess : public ::chunkserve::testing::ServerProcess {
  public:
   // Starts chunkserve-router with --listen 127.0.0.1:0 --http 127.0.0.1:0 followed by `args`
   // (later flags win, so args may pin the ports) and waits for it to print both ports.
   static Result<std::unique_ptr<RouterProcess>> Start(const std::vector<std::string>& args);
-  ~RouterProcess();  // SIGKILL if still running
-
-  uint16_t port() const { return port_; }
-  uint16_t http_port() const { return http_port_; }
-  pid_t pid() const { return pid_; }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-
-  Status Signal(int signal);
-  Result<int> Wait(std::chrono::milliseconds timeout);
-  Result<std::unique_ptr<wire::WireClient>> Connect();
-
- private:
-  pid_t pid_ = -1;
-  int stdout_fd_ = -1;
-  uint16_t port_ = 0;
-  uint16_t http_port_ = 0;
 };
 
 // The value of one sample of a Prometheus text exposition: `series` is the metric name with its

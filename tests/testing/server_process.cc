@@ -1,0 +1,118 @@
+#include "tests/testing/server_process.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <asio.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace chunkserve::testing {
+
+using namespace std::chrono_literals;
+
+Status ServerProcess::Launch(const std::string& binary, const std::string& what,
+                             const std::vector<std::string>& args) {
+  what_ = what;
+  int fds[2];
+  if (::pipe(fds) != 0) return Status::Internal("pipe failed");
+  std::vector<std::string> argv_s = {binary, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return Status::Internal("fork failed");
+  }
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  pid_ = pid;
+  stdout_fd_ = fds[0];
+  std::string out;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (port_ == 0 || http_port_ == 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return Status::DeadlineExceeded(what_ + " did not print its ports");
+    pollfd pfd{stdout_fd_, POLLIN, 0};
+    if (::poll(&pfd, 1, static_cast<int>(left.count())) <= 0) continue;
+    char buf[256];
+    const ssize_t n = ::read(stdout_fd_, buf, sizeof(buf));
+    if (n <= 0) return Status::Unavailable(what_ + " exited before listening: " + out);
+    out.append(buf, static_cast<size_t>(n));
+    for (const char* prefix : {"listening on 127.0.0.1:", "http on 127.0.0.1:"}) {
+      const size_t at = out.find(prefix);
+      const size_t end = at == std::string::npos ? at : out.find('\n', at);
+      if (end == std::string::npos) continue;
+      const int port = std::atoi(out.c_str() + at + std::strlen(prefix));
+      (prefix[0] == 'l' ? port_ : http_port_) = static_cast<uint16_t>(port);
+    }
+  }
+  return Status::Ok();
+}
+
+ServerProcess::~ServerProcess() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  if (stdout_fd_ >= 0) ::close(stdout_fd_);
+}
+
+Status ServerProcess::Signal(int signal) {
+  if (pid_ <= 0 || ::kill(pid_, signal) != 0) return Status::FailedPrecondition("not running");
+  return Status::Ok();
+}
+
+Result<int> ServerProcess::Wait(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  return Status::DeadlineExceeded(what_ + " did not exit");
+}
+
+Result<std::unique_ptr<wire::WireClient>> ServerProcess::Connect() {
+  return wire::WireClient::Connect("127.0.0.1", port_, 5000ms);
+}
+
+Result<HttpResponse> HttpGet(uint16_t port, const std::string& path) {
+  try {
+    asio::io_context io;
+    asio::ip::tcp::socket s(io);
+    s.connect({asio::ip::make_address("127.0.0.1"), port});
+    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    asio::write(s, asio::buffer(req));
+    std::string data;
+    asio::error_code ec;
+    asio::read(s, asio::dynamic_buffer(data), ec);  // until the server closes
+    HttpResponse r;
+    if (data.rfind("HTTP/1.1 ", 0) != 0) return Status::DataLoss("bad HTTP reply: " + data);
+    r.status = std::atoi(data.c_str() + 9);
+    const size_t body = data.find("\r\n\r\n");
+    if (body != std::string::npos) r.body = data.substr(body + 4);
+    return r;
+  } catch (const std::exception& e) {
+    return Status::Unavailable(e.what());
+  }
+}
+
+}  // namespace chunkserve::testing
