@@ -1,5 +1,6 @@
 // RouterCore: membership + index + load tracker + policy, as one router uses them (routing.h).
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -29,7 +30,7 @@ struct RouterCore::State {
   // whenever one of their inputs changes, not per pick.
   std::vector<WorkerState> workers;
   std::unordered_map<WorkerId, size_t> position;
-  std::unordered_map<RequestId, int64_t> predicted;  // until first token
+  std::unordered_map<RequestId, int64_t> predicted;  // from Route until OnFinished
   PrecisionStats precision;
 
   WorkerState* Find(WorkerId id) {
@@ -131,23 +132,22 @@ Result<RoutingDecision> RouterCore::Route(RequestId request, const RoutingReques
   return decision;
 }
 
-Status RouterCore::OnFirstToken(RequestId request, int64_t reported_cached_tokens) {
+Status RouterCore::OnFirstToken(RequestId request) {
   State& s = *state_;
   const WorkerId worker = s.loads.WorkerOf(request);
   CHUNKSERVE_RETURN_IF_ERROR(s.loads.OnFirstToken(request));
-  if (auto it = s.predicted.find(request); it != s.predicted.end()) {
-    s.precision.Add(it->second, reported_cached_tokens);
-    s.predicted.erase(it);
-  }
   s.Refresh(worker);
   return Status::Ok();
 }
 
-Status RouterCore::OnFinished(RequestId request) {
+Status RouterCore::OnFinished(RequestId request, std::optional<int64_t> reported_cached_tokens) {
   State& s = *state_;
   const WorkerId worker = s.loads.WorkerOf(request);
   CHUNKSERVE_RETURN_IF_ERROR(s.loads.OnFinished(request));
-  s.predicted.erase(request);
+  if (auto it = s.predicted.find(request); it != s.predicted.end()) {
+    if (reported_cached_tokens.has_value()) s.precision.Add(it->second, *reported_cached_tokens);
+    s.predicted.erase(it);
+  }
   s.Refresh(worker);
   return Status::Ok();
 }

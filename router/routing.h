@@ -41,6 +41,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -401,7 +402,8 @@ WorkerId RendezvousPick(uint64_t key, std::span<const WorkerId> workers);
 // ---------------------------------------------------------------------------------------------
 // Precision accounting.
 
-// Predicted cached tokens (at pick) vs. cached tokens the worker reported (at first token).
+// Predicted cached tokens (at pick) vs. cached tokens the worker reported (at finish: the wire
+// carries the count only in Finish).
 struct PrecisionStats {
   uint64_t requests = 0;
   uint64_t predicted_tokens = 0;  // sum of predicted cached tokens
@@ -447,10 +449,15 @@ class RouterCore {
   // index. Unavailable when no worker accepts; AlreadyExists for a request id in flight.
   Result<RoutingDecision> Route(RequestId request, const RoutingRequest& routing_request,
                                 RouterTime now);
-  // The worker reported the request's first token and how many prompt tokens hit its cache
-  // (precision accounting; pending prefill released).
-  Status OnFirstToken(RequestId request, int64_t reported_cached_tokens);
-  Status OnFinished(RequestId request);
+  // The request's first token arrived: its pending prefill tokens are released from the
+  // worker's load (it keeps occupying a sequence until OnFinished). NotFound when unknown.
+  Status OnFirstToken(RequestId request);
+  // The request left the worker. `reported_cached_tokens` is the prompt-cache hit the worker
+  // reported for it (wire Finish.cachedTokens); when given, the prediction made at Route and
+  // this report are added to precision(). Leave it empty when the worker reported nothing
+  // meaningful (the leg failed, was re-routed, or was cancelled before its prefill). NotFound
+  // for an unknown request (nothing recorded).
+  Status OnFinished(RequestId request, std::optional<int64_t> reported_cached_tokens = {});
 
   // Read access (plus index lookups). Change load only through the methods above: the workers'
   // effective loads are refreshed by them, not per pick.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -85,7 +86,6 @@ struct Pending {
   WorkerId worker;             // current leg's worker
   uint64_t upstream = 0;       // current leg's request id on the worker link; 0 = none
   bool leg_started = false;    // current leg produced its first token
-  int64_t predicted = 0;       // current leg's predicted cached tokens
   int64_t leg_prompt = 0;      // current leg's prompt tokens (prompt + tokens sent before it)
   int32_t attempts = 0;
   std::set<WorkerId> refused;  // workers that refused or failed this request
@@ -728,7 +728,6 @@ class Server final : public RouterServer {
     p->worker = d.worker;
     p->upstream = up;
     p->leg_started = false;
-    p->predicted = d.predicted_cached_tokens;
     p->leg_prompt = static_cast<int64_t>(full.size());
     upstream_[up] = p;
     wit->second.upstream.insert(up);
@@ -756,10 +755,12 @@ class Server final : public RouterServer {
   }
 
   // Detaches the current leg (worker-side bookkeeping); the request itself lives on.
-  void EndLeg(Pending& p) {
+  // `reported_cached` is the worker's Finish.cachedTokens when the leg ended with a meaningful
+  // one: the core then adds the leg's prediction vs this report to its precision figure.
+  void EndLeg(Pending& p, std::optional<int64_t> reported_cached = {}) {
     if (p.upstream == 0) return;
     CorrectReported(p, !p.leg_started, true);
-    (void)core_->OnFinished(RequestId(p.upstream));
+    (void)core_->OnFinished(RequestId(p.upstream), reported_cached);
     auto wit = workers_.find(p.worker);
     if (wit != workers_.end()) wit->second.upstream.erase(p.upstream);
     upstream_.erase(p.upstream);
@@ -843,10 +844,9 @@ class Server final : public RouterServer {
     if (!p || p->done) return;
     if (!p->leg_started) {
       p->leg_started = true;
-      // Releases the leg's pending prefill in the load tracker. The wire reports cached tokens
-      // only in Finish, so the core's own precision figure cannot be fed here; the server keeps
-      // precision itself (precision_, at Finish) and passes the prediction to the core.
-      (void)core_->OnFirstToken(RequestId(p->upstream), p->predicted);
+      // Releases the leg's pending prefill in the load tracker. Precision is accounted at the
+      // leg's Finish, the only message that carries the worker's cached tokens.
+      (void)core_->OnFirstToken(RequestId(p->upstream));
       CorrectReported(*p, true, false);
     }
     if (p->client_gone) return;
@@ -870,9 +870,15 @@ class Server final : public RouterServer {
   void OnUpstreamFinish(WorkerId worker, wire::schema::Finish::Reader f) {
     std::shared_ptr<Pending> p = FindUpstream(f.getRequestId());
     if (!p) return;
-    const int64_t predicted = p->predicted;
-    EndLeg(*p);
-    if (f.getReason() == WireFinish::UNAVAILABLE && !p->cancelled && !p->client_gone) {
+    const int32_t cached = std::max(0, f.getCachedTokens());
+    const bool reroute =
+        f.getReason() == WireFinish::UNAVAILABLE && !p->cancelled && !p->client_gone;
+    // A re-routed leg's report does not count (the request is not done), nor does a leg
+    // cancelled before its prefill (the worker never looked its prompt up).
+    std::optional<int64_t> reported;
+    if (!reroute && (p->leg_started || f.getReason() != WireFinish::CANCELLED)) reported = cached;
+    EndLeg(*p, reported);
+    if (reroute) {
       // The worker is going away (drain deadline, failure): continue elsewhere.
       p->refused.insert(worker);
       if (p->sent.empty()) {
@@ -883,11 +889,7 @@ class Server final : public RouterServer {
       Dispatch(p);
       return;
     }
-    const int32_t cached = std::max(0, f.getCachedTokens());
     const int32_t prompt_tokens = std::max(0, f.getPromptTokens());
-    if (p->leg_started || f.getReason() != WireFinish::CANCELLED) {
-      precision_.Add(predicted, cached);
-    }
     if (const Member* m = membership_.Find(worker)) {
       NameStats& ns = name_stats_[m->registration.name];
       ns.finished++;
@@ -969,15 +971,15 @@ class Server final : public RouterServer {
     counter("generated_tokens_total", "Tokens streamed to clients.", generated_tokens_total_);
     counter("reported_cached_tokens_total",
             "Prompt tokens the workers reported as prefix-cache hits (Finish.cachedTokens).",
-            precision_.reported_tokens);
+            core_->precision().reported_tokens);
     counter("predicted_cached_tokens_total", "Prompt tokens the router predicted as cached.",
-            precision_.predicted_tokens);
+            core_->precision().predicted_tokens);
     counter("overlap_cached_tokens_total", "Sum of min(predicted, reported) cached tokens.",
-            precision_.overlap_tokens);
+            core_->precision().overlap_tokens);
     gauge("routing_precision", "overlap / predicted cached tokens (1 when none predicted).",
-          precision_.Precision());
+          core_->precision().Precision());
     gauge("routing_recall", "overlap / reported cached tokens (1 when none reported).",
-          precision_.Recall());
+          core_->precision().Recall());
     gauge("prefix_hit_rate", "Reported cached tokens / prompt tokens of finished legs.",
           worker_prompt_tokens_total_ == 0 ? 0.0
                                            : static_cast<double>(cached_tokens_total_) /
@@ -1036,6 +1038,30 @@ class Server final : public RouterServer {
       }
       o << "chunkserve_router_worker_up{worker=\"" << Label(worker) << "\"} " << up << "\n";
     }
+    // From the routable workers' registrations, as the core sees them (WorkerInfo).
+    o << "# HELP chunkserve_router_worker_kv_capacity_tokens KV capacity of each routable worker "
+         "in tokens (Register.capacitySlots).\n"
+      << "# TYPE chunkserve_router_worker_kv_capacity_tokens gauge\n";
+    for (const WorkerState& w : core_->workers()) {
+      o << "chunkserve_router_worker_kv_capacity_tokens{worker=\"" << Label(w.info.name) << "\"} "
+        << w.info.kv_capacity_tokens << "\n";
+    }
+    o << "# HELP chunkserve_router_worker_accepting 1 while the core may pick the worker (0: "
+         "draining).\n"
+      << "# TYPE chunkserve_router_worker_accepting gauge\n";
+    for (const WorkerState& w : core_->workers()) {
+      o << "chunkserve_router_worker_accepting{worker=\"" << Label(w.info.name) << "\"} "
+        << (w.accepting ? 1 : 0) << "\n";
+    }
+    o << "# HELP chunkserve_router_worker_kv_capacity_bytes KV arena bytes of each routable "
+         "worker (Register.capacityKvBytes).\n"
+      << "# TYPE chunkserve_router_worker_kv_capacity_bytes gauge\n";
+    for (const auto& [id, m] : membership_.members()) {
+      auto it = workers_.find(id);
+      if (it == workers_.end() || !it->second.in_core) continue;
+      o << "chunkserve_router_worker_kv_capacity_bytes{worker=\"" << Label(m.registration.name)
+        << "\"} " << m.registration.capacity_kv_bytes << "\n";
+    }
     return o.str();
   }
 
@@ -1055,7 +1081,6 @@ class Server final : public RouterServer {
   uint64_t next_upstream_ = 1;
   uint64_t next_incarnation_ = 1;
 
-  PrecisionStats precision_;
   std::map<std::string, NameStats> name_stats_;
   std::map<std::string, uint64_t> decisions_;
   uint64_t requests_total_ = 0;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -461,7 +462,9 @@ class Server final : public WorkerServer {
     r.setChunkSize(engine_->chunk_size());
     r.setChunkHashVersion(kv::kHashVersion);
     r.setCapacityKvBytes(stats.kv_bytes_capacity);
-    r.setCapacitySlots(0);  // unknown to the worker before its first chunk; see LoadReport
+    // Slots on the wire are tokens (the engine's slots are chunks of chunk_size tokens).
+    r.setCapacitySlots(static_cast<int32_t>(
+        std::min<int64_t>(stats.kv_capacity_tokens, std::numeric_limits<int32_t>::max())));
     r.setMaxBatchSize(options_.engine.max_batch_size);
     r.setMaxQueued(options_.engine.max_queued_requests);
     r.setGeneration(generation_);
@@ -521,11 +524,6 @@ class Server final : public WorkerServer {
   void SendLoadReport(RouterLink& link) {
     if (!link.session || !link.registered) return;
     const engine::EngineStats s = engine_->Stats();
-    // Bytes per KV slot (one chunk) are learned from the stored chunks; the engine does not
-    // expose them. freeKvBytes is exact regardless.
-    if (s.chunks_total > 0 && s.kv_bytes_used > 0) {
-      bytes_per_chunk_ = s.kv_bytes_used / static_cast<uint64_t>(s.chunks_total);
-    }
     const uint64_t free_bytes =
         s.kv_bytes_capacity > s.kv_bytes_referenced ? s.kv_bytes_capacity - s.kv_bytes_referenced
                                                     : 0;
@@ -536,9 +534,10 @@ class Server final : public WorkerServer {
         static_cast<uint64_t>(std::max<int64_t>(0, queued_prefill_tokens_.load())));
     r.setRunningSequences(s.running);
     r.setQueuedRequests(s.queued);
-    r.setFreeKvSlots(bytes_per_chunk_ > 0 ? free_bytes / bytes_per_chunk_ *
-                                                static_cast<uint64_t>(engine_->chunk_size())
-                                          : 0);
+    // Whole free engine slots (chunks), in tokens.
+    r.setFreeKvSlots(s.kv_bytes_per_slot > 0 ? free_bytes / s.kv_bytes_per_slot *
+                                                   static_cast<uint64_t>(engine_->chunk_size())
+                                             : 0);
     r.setFreeKvBytes(free_bytes);
     r.setPrefillTokensPerS(PrefillRate(s.prefill_tokens_per_s));
     r.setDecodeTokensPerS(s.decode_tokens_per_s);
@@ -698,7 +697,6 @@ class Server final : public WorkerServer {
   asio::steady_timer report_timer_;
   asio::steady_timer soon_timer_;
   bool report_soon_pending_ = false;
-  uint64_t bytes_per_chunk_ = 0;
   std::mutex prefill_mu_;
   std::array<double, kPrefillSamples> prefill_samples_{};  // guarded by prefill_mu_
   size_t prefill_next_ = 0;                                 // guarded by prefill_mu_

@@ -17,10 +17,20 @@
 #   LOADGEN_ARGS  extra chunkserve-loadgen flags (workload shape); the default is a small load
 #              for a 2-core machine
 #   OUT        directory for logs and JSON results               (default: a temp dir)
+#   QUICK=1    a short smoke run: 2 workers, 32 MiB KV, 16 requests (each default above still
+#              yields to an explicit setting); the ctest `router.local_cluster_quick` uses it
+#
+# Every process it starts is listed (one pid a line) in $OUT/pids; all of them are gone when
+# the script returns, whatever the exit path (errors, Ctrl-C, SIGTERM).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 BIN="${BIN:-$here/../../build/bin}"
+if [[ "${QUICK:-0}" == 1 ]]; then
+  WORKERS="${WORKERS:-2}"
+  KV_MB="${KV_MB:-32}"
+  LOADGEN_ARGS="${LOADGEN_ARGS:---requests 16 --rate 8 --tenants 3 --zipf 1.0 --prefix-tokens 256,192 --suffix-tokens 8,16 --output-tokens 4,8 --connections 2 --seed 7}"
+fi
 WORKERS="${WORKERS:-4}"
 POLICIES="${POLICIES:-ttft}"
 ROUTER_PORT="${ROUTER_PORT:-0}"
@@ -30,6 +40,7 @@ KV_MB="${KV_MB:-128}"
 LOADGEN_ARGS="${LOADGEN_ARGS:---requests 120 --rate 6 --tenants 8 --zipf 1.0 --prefix-tokens 384,256,512,320 --suffix-tokens 16,48 --output-tokens 8,24 --connections 4 --seed 7}"
 OUT="${OUT:-$(mktemp -d -t chunkserve-cluster.XXXXXX)}"
 mkdir -p "$OUT"
+: >"$OUT/pids"
 
 for b in chunkserve-router chunkserve-worker chunkserve-loadgen; do
   if [[ ! -x "$BIN/$b" ]]; then
@@ -39,6 +50,10 @@ for b in chunkserve-router chunkserve-worker chunkserve-loadgen; do
 done
 
 pids=()
+started() {  # records the last background process
+  pids+=($!)
+  echo "$!" >>"$OUT/pids"
+}
 cleanup() {
   # SIGTERM: workers drain, the router ends its requests; then reap (SIGKILL after 20 s).
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
@@ -79,7 +94,7 @@ for policy in $POLICIES; do
   echo "=== policy $policy: router + $WORKERS workers (tiny model, $THREADS thread(s) each)"
   "$BIN/chunkserve-router" --listen "127.0.0.1:$ROUTER_PORT" --http "127.0.0.1:$HTTP_PORT" \
       --policy "$policy" >"$OUT/router-$policy.log" 2>&1 &
-  pids+=($!)
+  started
   router_addr="$(wait_for_line "$OUT/router-$policy.log" "listening on " "${pids[-1]}")"
   http_addr="$(wait_for_line "$OUT/router-$policy.log" "http on " "${pids[-1]}")"
   echo "router on $router_addr, metrics on http://$http_addr/metrics"
@@ -87,7 +102,7 @@ for policy in $POLICIES; do
     "$BIN/chunkserve-worker" --listen 127.0.0.1:0 --http 127.0.0.1:0 --threads "$THREADS" \
         --kv-cache-mb "$KV_MB" --worker-id "worker-$i" --router "$router_addr" \
         >"$OUT/worker-$i-$policy.log" 2>&1 &
-    pids+=($!)
+    started
   done
   for _ in $(seq 600); do
     alive="$(metric "$http_addr" chunkserve_router_workers_alive || true)"
@@ -99,8 +114,12 @@ for policy in $POLICIES; do
     exit 1
   fi
   # shellcheck disable=SC2086
+  # In the background so that a signal interrupts `wait` at once (bash runs traps only after a
+  # foreground child ends) and cleanup stops loadgen too; set -e exits on its failure.
   "$BIN/chunkserve-loadgen" --target "$router_addr" --metrics "$http_addr" --label "$policy" \
-      --json "$OUT/result-$policy.json" $LOADGEN_ARGS
+      --json "$OUT/result-$policy.json" $LOADGEN_ARGS &
+  started
+  wait "$!"
   cleanup
 done
 echo "logs and JSON results in $OUT"

@@ -305,7 +305,7 @@ class Simulation {
           ttft_.push_back(now_ - r->arrival);
           ttft_sum_by_reason_[static_cast<size_t>(r->reason)] += now_ - r->arrival;
           cached_tokens_ += static_cast<uint64_t>(r->cached_tokens);
-          CHUNKSERVE_RETURN_IF_ERROR(core_->OnFirstToken(RequestId(r->id), r->cached_tokens));
+          CHUNKSERVE_RETURN_IF_ERROR(core_->OnFirstToken(RequestId(r->id)));
           done = r->output_tokens <= 1;
         }
       }
@@ -353,7 +353,7 @@ class Simulation {
     e2e_.push_back(now_ - r.arrival);
     output_tokens_ += static_cast<uint64_t>(r.output_tokens);
     last_finish_ = std::max(last_finish_, now_);
-    CHUNKSERVE_RETURN_IF_ERROR(core_->OnFinished(RequestId(r.id)));
+    CHUNKSERVE_RETURN_IF_ERROR(core_->OnFinished(RequestId(r.id), r.cached_tokens));
     active_.erase(r.id);
     return Status::Ok();
   }

@@ -12,6 +12,9 @@
 #include <utility>
 
 #include "runtime/backend/cpu_backend.h"
+#if defined(CHUNKSERVE_HAVE_CUDA_BACKEND)
+#include "runtime/backend/cuda_backend.h"
+#endif
 #include "runtime/base/logging.h"
 #include "runtime/kvcache/prefix_tree.h"
 #include "runtime/model/model.h"
@@ -129,9 +132,20 @@ class EngineImpl final : public Engine {
     if (options_.backend_factory) {
       CHUNKSERVE_ASSIGN_OR_RETURN(backend_, options_.backend_factory(model_, backend_options));
       if (backend_ == nullptr) return Status::Internal("the backend factory returned no backend");
+    } else if (options_.backend == BackendKind::kCuda) {
+#if defined(CHUNKSERVE_HAVE_CUDA_BACKEND)
+      // The arena shape (slots, chunk size, KV dtype) is the one num_slots was computed for.
+      CHUNKSERVE_ASSIGN_OR_RETURN(
+          backend_, backend::CudaBackend::Create(model_, {.device = options_.cuda_device,
+                                                          .num_slots = num_slots_,
+                                                          .chunk_size = options_.chunk_size,
+                                                          .kv_dtype = options_.kv_dtype}));
+#else
+      return Status::Unimplemented("this build has no CUDA backend (configure with CUDA)");
+#endif
     } else {
       if (options_.backend != BackendKind::kCpu) {
-        return Status::Unimplemented("only the CPU backend is available in this build");
+        return Status::Unimplemented("unknown backend kind");
       }
       CHUNKSERVE_ASSIGN_OR_RETURN(backend_, backend::CpuBackend::Create(model_, backend_options));
     }
@@ -149,6 +163,9 @@ class EngineImpl final : public Engine {
                                 .max_context = c.MaxContextLength()},
         tree_.get(), backend_.get(), [this](RequestId id) { OnFinished(id); });
     stats_.kv_bytes_capacity = slot_bytes * static_cast<uint64_t>(num_slots_);
+    stats_.kv_slots_total = num_slots_;
+    stats_.kv_bytes_per_slot = slot_bytes;
+    stats_.kv_capacity_tokens = int64_t{num_slots_} * options_.chunk_size;
     step_thread_ = std::thread([this] { StepLoop(); });
     return Status::Ok();
   }

@@ -63,7 +63,11 @@ struct EngineOptions {
   std::string model_dir;
   std::string tiny_model_dir;
 
+  // kCuda: runtime/backend/cuda_backend.h, in builds configured with CUDA (Unimplemented
+  // otherwise); it needs kv_dtype kF16 or kBF16 (its weights and activations use that dtype too)
+  // and chunk_size a multiple of 16 up to 128. Without a device Engine::Create is Unavailable.
   BackendKind backend = BackendKind::kCpu;
+  int32_t cuda_device = 0;  // CUDA device ordinal (kCuda)
   int32_t num_threads = 0;  // CPU backend threads; 0 = hardware concurrency
 
   int32_t chunk_size = 64;               // tokens per KV chunk (16..256)
@@ -100,6 +104,12 @@ struct EngineStats {
   uint64_t kv_bytes_if_unshared = 0;  // what the live sequences would use without sharing
   uint64_t kv_bytes_capacity = 0;
   uint64_t kv_bytes_peak = 0;         // max of kv_bytes_referenced over time
+  // KV arena geometry, fixed at creation: a slot holds one chunk (chunk_size tokens, every
+  // layer's K and V), so kv_capacity_tokens = kv_slots_total * chunk_size and
+  // kv_bytes_capacity = kv_slots_total * kv_bytes_per_slot.
+  int32_t kv_slots_total = 0;
+  uint64_t kv_bytes_per_slot = 0;
+  int64_t kv_capacity_tokens = 0;
   int32_t chunks_total = 0;
   int32_t chunks_shared = 0;          // referenced by >= 2 live sequences
   int32_t chunks_retained = 0;        // unreferenced, kept for reuse

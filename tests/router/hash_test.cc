@@ -102,6 +102,20 @@ class RouterEngineHashTest : public ::testing::Test {
   std::unique_ptr<engine::Engine> engine_;
 };
 
+// The KV capacity a worker registers with (Register.capacitySlots = kv_capacity_tokens) follows
+// from the arena geometry: 2 layers x (K + V) x 2 kv heads x 16 dims x 4 bytes (f32) = 512 bytes
+// per token, 16-token slots of 8 KiB, and 8 MiB / 8 KiB = 1024 slots.
+TEST_F(RouterEngineHashTest, EngineExposesItsKvCapacityInSlotsAndTokens) {
+  const engine::EngineStats s = engine_->Stats();
+  EXPECT_EQ(s.kv_bytes_per_slot, 2u * 2 * 2 * 16 * 4 * 16);
+  EXPECT_EQ(s.kv_slots_total, 1024);
+  EXPECT_EQ(s.kv_capacity_tokens, 1024 * 16);
+  EXPECT_EQ(s.kv_bytes_capacity, uint64_t{8} << 20);
+  // Fixed at creation: still the same after serving.
+  Run(std::vector<TokenId>(40, 7));
+  EXPECT_EQ(engine_->Stats().kv_capacity_tokens, 1024 * 16);
+}
+
 TEST_F(RouterEngineHashTest, EngineKvEventsNameTheRouterHashes) {
   std::mutex mu;
   std::vector<engine::KvEvent> events;

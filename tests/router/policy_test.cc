@@ -105,11 +105,54 @@ TEST_F(RouterCoreTest, KvEventsAttractTheRequestToTheHolder) {
   EXPECT_EQ(d.worker, WorkerId(6));
   EXPECT_EQ(d.reason, DecisionReason::kCacheHit);
   EXPECT_EQ(d.predicted_cached_tokens, 1024);
-  // Precision accounting: the worker reports what it really hit.
-  ASSERT_OK(core->OnFirstToken(RequestId(1), 1024));
+  // Precision accounting: the worker reports what it really hit, at finish.
+  ASSERT_OK(core->OnFirstToken(RequestId(1)));
+  EXPECT_EQ(core->precision().requests, 0u);  // nothing reported yet
+  ASSERT_OK(core->OnFinished(RequestId(1), 1024));
   EXPECT_EQ(core->precision().requests, 1u);
   EXPECT_DOUBLE_EQ(core->precision().Precision(), 1.0);
-  ASSERT_OK(core->OnFinished(RequestId(1)));
+}
+
+TEST_F(RouterCoreTest, FirstTokenReleasesPrefillAndFinishRecordsPrecision) {
+  auto core = Make(PolicyKind::kTtft, 4);
+  const auto prompt = Prompt(7, 1024, 80, 2);
+  const RoutingRequest r = Req(prompt);
+  ASSERT_OK(core->ApplyKvEvents(WorkerId(2), SnapshotOf(r.chunk_hashes, 8)).status());
+  ASSERT_OK_AND_ASSIGN(RoutingDecision d, core->Route(RequestId(1), r, milliseconds(0)));
+  ASSERT_EQ(d.worker, WorkerId(2));
+  ASSERT_EQ(d.predicted_cached_tokens, 512);
+  const auto load_of = [&](WorkerId id) {
+    for (const WorkerState& w : core->workers()) {
+      if (w.info.id == id) return w.load;
+    }
+    return WorkerLoad{};
+  };
+  // Picked: the uncached tokens are pending prefill and the request is queued.
+  EXPECT_EQ(load_of(WorkerId(2)).queued_prefill_tokens,
+            static_cast<uint64_t>(r.prompt_tokens - 512));
+  EXPECT_EQ(load_of(WorkerId(2)).queued_requests, 1);
+  // First token: prefill released, the request now runs; no precision sample yet.
+  ASSERT_OK(core->OnFirstToken(RequestId(1)));
+  EXPECT_EQ(load_of(WorkerId(2)).queued_prefill_tokens, 0u);
+  EXPECT_EQ(load_of(WorkerId(2)).running_sequences, 1);
+  EXPECT_EQ(core->precision().requests, 0u);
+  // Finish with the worker's report (it hit less than predicted: 256 of 512).
+  ASSERT_OK(core->OnFinished(RequestId(1), 256));
+  EXPECT_EQ(load_of(WorkerId(2)).running_sequences, 0);
+  EXPECT_EQ(core->precision().requests, 1u);
+  EXPECT_EQ(core->precision().predicted_tokens, 512u);
+  EXPECT_EQ(core->precision().reported_tokens, 256u);
+  EXPECT_EQ(core->precision().overlap_tokens, 256u);
+  EXPECT_DOUBLE_EQ(core->precision().Precision(), 0.5);
+  // A leg ended without a report (re-routed, cancelled before prefill) adds no sample.
+  ASSERT_OK_AND_ASSIGN(d, core->Route(RequestId(2), r, milliseconds(0)));
+  ASSERT_OK(core->OnFinished(RequestId(2)));
+  EXPECT_EQ(core->precision().requests, 1u);
+  // Unknown requests are errors and record nothing.
+  EXPECT_EQ(core->OnFirstToken(RequestId(99)).code(), StatusCode::kNotFound);
+  EXPECT_EQ(core->OnFinished(RequestId(99), 10).code(), StatusCode::kNotFound);
+  EXPECT_EQ(core->OnFinished(RequestId(1), 10).code(), StatusCode::kNotFound);
+  EXPECT_EQ(core->precision().requests, 1u);
 }
 
 TEST_F(RouterCoreTest, LoadCapSpillsAwayFromOverloadedHolder) {

@@ -32,9 +32,11 @@ TEST(RouterProcessTest, SamePrefixLandsOnTheSameWorkerAndHitsItsCache) {
   ASSERT_OK_AND_ASSIGN(auto client, router->Connect());
   const std::vector<uint32_t> prefix = Tokens(192, 1);  // three full chunks of 64
   constexpr int kRequests = 6;
+  double client_cached = 0;
   for (int i = 0; i < kRequests; ++i) {
     const Outcome o = RunOne(*client, 100 + i, Concat(prefix, Tokens(20, 50 + i)), 4);
     ASSERT_TRUE(o.finished);
+    client_cached += o.cached;
     EXPECT_EQ(o.reason, FinishReason::LENGTH);
     EXPECT_EQ(o.tokens.size(), 4u);
     EXPECT_EQ(o.prompt_tokens, 212);
@@ -53,11 +55,40 @@ TEST(RouterProcessTest, SamePrefixLandsOnTheSameWorkerAndHitsItsCache) {
   ASSERT_OK_AND_ASSIGN(double predicted, Metric(router->http_port(),
                                                 "chunkserve_router_predicted_cached_tokens_total"));
   EXPECT_GE(predicted, 192.0 * (kRequests - 1));
+  // Precision comes from the core (RouterCore::OnFinished with each Finish's cachedTokens): its
+  // reported total is what the clients were told, and the counters agree with the gauge.
+  ASSERT_OK_AND_ASSIGN(double reported, Metric(router->http_port(),
+                                               "chunkserve_router_reported_cached_tokens_total"));
+  EXPECT_EQ(reported, client_cached);
+  ASSERT_OK_AND_ASSIGN(
+      double overlap, Metric(router->http_port(), "chunkserve_router_overlap_cached_tokens_total"));
   ASSERT_OK_AND_ASSIGN(double precision,
                        Metric(router->http_port(), "chunkserve_router_routing_precision"));
   EXPECT_GT(precision, 0.9);
+  EXPECT_NEAR(precision, overlap / predicted, 1e-3);
   ASSERT_OK_AND_ASSIGN(auto ready, worker::testing::HttpGet(router->http_port(), "/readyz"));
   EXPECT_EQ(ready.status, 200);
+}
+
+// Register.capacitySlots carries the engine's KV capacity in tokens, and the router keeps it per
+// worker (WorkerInfo::kv_capacity_tokens, exposed as a metric). The built-in tiny model has 4
+// layers x (K + V) x 2 kv heads x 64 dims x 4 bytes = 4 KiB of KV per token; chunks are 64
+// tokens, so 64 MiB hold 256 slots = 16,384 tokens and 12 MiB hold 48 slots = 3,072 tokens.
+TEST(RouterProcessTest, WorkersRegisterTheirKvCapacity) {
+  ASSERT_OK_AND_ASSIGN(auto router, RouterProcess::Start({}));
+  ASSERT_OK_AND_ASSIGN(auto w0, StartWorker(router->address(), "w0"));
+  ASSERT_OK_AND_ASSIGN(auto w1, StartWorker(router->address(), "w1", {"--kv-cache-mb", "12"}));
+  ExpectWorkersAlive(*router, 2);
+  const auto capacity = [&](const std::string& what, const std::string& worker) {
+    Result<double> v = Metric(router->http_port(), "chunkserve_router_worker_kv_capacity_" + what +
+                                                       "{worker=\"" + worker + "\"}");
+    EXPECT_OK(v.status());
+    return v.ok() ? v.value() : -1;
+  };
+  EXPECT_EQ(capacity("tokens", "w0"), 16384);
+  EXPECT_EQ(capacity("bytes", "w0"), 64.0 * 1024 * 1024);
+  EXPECT_EQ(capacity("tokens", "w1"), 3072);
+  EXPECT_EQ(capacity("bytes", "w1"), 12.0 * 1024 * 1024);
 }
 
 TEST(RouterProcessTest, LoadCapSpillsToAnotherWorkerThenOverloadIsRetryable) {
