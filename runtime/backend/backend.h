@@ -83,6 +83,14 @@ class Backend {
   virtual Status Forward(const StepBatch& batch, std::span<float> logits) = 0;
 };
 
+// The structural checks every backend runs before a step (both backends call it, so they refuse
+// exactly the same batches): array sizes agree, decode rows match the plan, token ids are below
+// `vocab_size`, positions and slots lie in the arena, prefill segments tile the rows after the
+// decode rows, logit rows exist and `logits_size` holds them, KV copies stay in the arena (source
+// and destination distinct, at most one chunk). InvalidArgument naming the first problem.
+Status ValidateStepBatch(const StepBatch& batch, const KvArenaShape& shape, int32_t vocab_size,
+                         size_t logits_size);
+
 }  // namespace chunkserve::backend
 
 #endif  // CHUNKSERVE_RUNTIME_BACKEND_BACKEND_H_

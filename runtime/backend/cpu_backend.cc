@@ -180,47 +180,10 @@ void* CpuBackend::LayerV(int32_t layer) const {
   return v_arena_ + static_cast<size_t>(layer) * layer_arena_bytes_;
 }
 
-Status CpuBackend::ValidateBatch(const StepBatch& b, size_t logits_size) const {
-  const size_t n = b.tokens.size();
-  if (b.positions.size() != n || b.kv_slot.size() != n || b.kv_offset.size() != n) {
-    return Status::InvalidArgument("step batch arrays disagree on the token count");
-  }
-  if (b.num_decode < 0 || static_cast<size_t>(b.num_decode) > n ||
-      (b.num_decode > 0 && b.decode_plan.num_seqs != b.num_decode)) {
-    return Status::InvalidArgument("decode rows and decode plan disagree");
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (b.tokens[i] < 0 || b.tokens[i] >= config_.vocab_size) {
-      return Status::InvalidArgument("token id " + std::to_string(b.tokens[i]) +
-                                     " outside the vocabulary");
-    }
-    if (b.positions[i] < 0 || b.kv_slot[i] < 0 || b.kv_slot[i] >= shape_.num_slots ||
-        b.kv_offset[i] < 0 || b.kv_offset[i] >= shape_.chunk_size) {
-      return Status::InvalidArgument("token " + std::to_string(i) + " has a bad position or slot");
-    }
-  }
-  int32_t next = b.num_decode;
-  for (const PrefillSegment& s : b.prefill) {
-    if (s.token_begin != next || s.num_tokens < 1 || s.chunk_slots.size() != s.chunk_lens.size() ||
-        s.chunk_slots.empty()) {
-      return Status::InvalidArgument("prefill segments must tile the rows after the decode rows");
-    }
-    next += s.num_tokens;
-  }
-  if (static_cast<size_t>(next) != n) {
-    return Status::InvalidArgument("prefill segments do not cover every non-decode row");
-  }
-  for (int32_t r : b.logit_rows) {
-    if (r < 0 || static_cast<size_t>(r) >= n) return Status::InvalidArgument("bad logit row");
-  }
-  if (logits_size < b.logit_rows.size() * static_cast<size_t>(config_.vocab_size)) {
-    return Status::InvalidArgument("logits buffer too small");
-  }
-  return Status::Ok();
-}
 
 Status CpuBackend::Forward(const StepBatch& b, std::span<float> logits) {
-  CHUNKSERVE_RETURN_IF_ERROR(ValidateBatch(b, logits.size()));
+  CHUNKSERVE_RETURN_IF_ERROR(
+      ValidateStepBatch(b, shape_, config_.vocab_size, logits.size()));
   const int32_t T = static_cast<int32_t>(b.tokens.size());
   const size_t H = config_.hidden_size;
 

@@ -64,7 +64,6 @@ class CpuBackend final : public Backend {
   };
 
   CpuBackend(const model::ModelConfig& config, const CpuBackendOptions& options);
-  Status ValidateBatch(const StepBatch& batch, size_t logits_size) const;
   Status RunLayer(int32_t layer, const StepBatch& batch, int32_t num_tokens);
   // x += in * w^T (+ bias), through the group's all-reduce when tensor-parallel.
   Status ProjectAndAdd(const float* in, const std::vector<float>& w,

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tests/capi/capi_testing.h"
+#include "tests/testing/gpu.h"
 
 namespace chunkserve::capi {
 namespace {
@@ -260,12 +261,24 @@ TEST(CapiEngineCreateTest, MissingModelDirectoryFails) {
   EXPECT_EQ(engine, nullptr);
 }
 
-TEST(CapiEngineCreateTest, CudaBackendIsUnimplementedInThisBuild) {
+TEST(CapiEngineCreateTest, CudaBackendIsUnimplementedOrRefusedInThisBuild) {
   chunkserve_engine_options_t o = SmallEngineOptions();
   o.backend = CHUNKSERVE_BACKEND_CUDA;
   chunkserve_engine_t* engine = nullptr;
+#if defined(CHUNKSERVE_HAVE_CUDA)
+  // A CUDA build has the CUDA backend, which refuses f32 KV (the default) before it looks for a
+  // device; with f16 KV and no device it is UNAVAILABLE.
+  EXPECT_EQ(chunkserve_engine_create(&o, &engine, nullptr), CHUNKSERVE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(engine, nullptr);
+  if (::chunkserve::testing::CudaDeviceCount() == 0) {
+    o.kv_dtype = CHUNKSERVE_DTYPE_F16;
+    EXPECT_EQ(chunkserve_engine_create(&o, &engine, nullptr), CHUNKSERVE_STATUS_UNAVAILABLE);
+    EXPECT_EQ(engine, nullptr);
+  }
+#else
   EXPECT_EQ(chunkserve_engine_create(&o, &engine, nullptr), CHUNKSERVE_STATUS_UNIMPLEMENTED);
   EXPECT_EQ(engine, nullptr);
+#endif
 }
 
 // ---- Engine queries

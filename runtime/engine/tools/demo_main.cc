@@ -7,6 +7,7 @@
 //   chunkserve-demo                      built-in tiny model, defaults sized for ~1 minute on 2 cores
 //   chunkserve-demo --model DIR          a Llama-family model directory (config.json + safetensors)
 //   chunkserve-demo --json               also print one JSON object per run
+//   chunkserve-demo --backend cuda       the CUDA backend (CUDA builds, one GPU; f16 KV)
 #include <unistd.h>
 
 #include <cstdio>
@@ -45,6 +46,7 @@ struct Flags {
   std::string sharing = "both";
   uint64_t seed = 1;
   bool json = false;
+  std::string backend = "cpu";
 };
 
 void Usage() {
@@ -52,7 +54,7 @@ void Usage() {
       "usage: chunkserve-demo [--model DIR] [--requests N] [--rate REQ_PER_S] [--max-new N]\n"
       "                       [--system-lengths A,B,...] [--suffix MIN,MAX] [--kv-cache-mb N]\n"
       "                       [--threads N] [--chunk N] [--budget TOKENS] [--max-batch N]\n"
-      "                       [--sharing on|off|both] [--seed N] [--json]\n";
+      "                       [--sharing on|off|both] [--seed N] [--json] [--backend cpu|cuda]\n";
 }
 
 bool ParseInts(const std::string& s, std::vector<int32_t>* out) {
@@ -132,6 +134,14 @@ bool Parse(int argc, char** argv, Flags* f) {
         std::cerr << "chunkserve-demo: --sharing takes on, off or both\n";
         return false;
       }
+    } else if (a == "--backend") {
+      const char* v = next("--backend");
+      if (v == nullptr) return false;
+      f->backend = v;
+      if (f->backend != "cpu" && f->backend != "cuda") {
+        std::cerr << "chunkserve-demo: --backend takes cpu or cuda\n";
+        return false;
+      }
     } else {
       std::cerr << "chunkserve-demo: unknown flag " << a << "\n";
       Usage();
@@ -193,6 +203,11 @@ int main(int argc, char** argv) {
     o.prefill_token_budget = f.budget;
     o.max_batch_size = f.max_batch;
     o.enable_prefix_sharing = sharing;
+    if (f.backend == "cuda") {
+      // The CUDA backend computes in the KV dtype, which must be 16-bit.
+      o.backend = chunkserve::engine::BackendKind::kCuda;
+      o.kv_dtype = chunkserve::kernels::DType::kF16;
+    }
     auto engine = Engine::Create(o);
     if (!engine.ok()) {
       std::cerr << "chunkserve-demo: cannot create the engine: " << engine.status() << "\n";
