@@ -17,6 +17,7 @@
 #include "runtime/kvcache/chunk_hash.h"
 #include "runtime/wire/framing.h"
 #include "runtime/wire/http_probe.h"
+#include "runtime/wire/messages.h"
 
 namespace chunkserve::router {
 namespace {
@@ -26,31 +27,6 @@ using wire::schema::Envelope;
 using WireFinish = wire::schema::FinishReason;
 
 RouterTime Now() { return Clock::now().time_since_epoch(); }
-
-wire::schema::ErrorCode ToWire(StatusCode code) {
-  const auto v = static_cast<uint16_t>(code);
-  return v <= static_cast<uint16_t>(StatusCode::kAborted) ? static_cast<wire::schema::ErrorCode>(v)
-                                                          : wire::schema::ErrorCode::INTERNAL;
-}
-
-bool Retryable(StatusCode code) {
-  return code == StatusCode::kResourceExhausted || code == StatusCode::kUnavailable;
-}
-
-std::vector<uint8_t> Encode(capnp::MallocMessageBuilder& builder) {
-  Result<std::vector<uint8_t>> bytes = wire::EncodeFrame(builder);
-  return bytes.ok() ? std::move(bytes).value() : std::vector<uint8_t>{};
-}
-
-std::vector<uint8_t> ErrorFrame(uint64_t request_id, const Status& status) {
-  capnp::MallocMessageBuilder builder;
-  auto error = builder.initRoot<Envelope>().initError();
-  error.setRequestId(request_id);
-  error.setCode(ToWire(status.code()));
-  error.setMessage(std::string(status.message()));
-  error.setRetryable(Retryable(status.code()));
-  return Encode(builder);
-}
 
 // Prometheus label values: escape backslash, quote and newline.
 std::string Label(const std::string& v) {
@@ -146,10 +122,11 @@ class Server final : public RouterServer {
     if (membership_.model_known()) core.chain_seeds = {membership_.chain_seed()};
     CHUNKSERVE_ASSIGN_OR_RETURN(core_, RouterCore::Create(core));
     if (options_.max_attempts < 1) return Status::InvalidArgument("max_attempts must be >= 1");
-    CHUNKSERVE_RETURN_IF_ERROR(wire::ListenTcp(acceptor_, options_.listen_host, options_.listen_port));
+    CHUNKSERVE_RETURN_IF_ERROR(
+        wire::ListenTcp(acceptor_, options_.listen_host, options_.listen_port));
     if (options_.http_port >= 0) {
-      CHUNKSERVE_RETURN_IF_ERROR(
-          wire::ListenTcp(http_acceptor_, options_.http_host, static_cast<uint16_t>(options_.http_port)));
+      CHUNKSERVE_RETURN_IF_ERROR(wire::ListenTcp(http_acceptor_, options_.http_host,
+                                                 static_cast<uint16_t>(options_.http_port)));
     }
     return Status::Ok();
   }
@@ -269,19 +246,19 @@ class Server final : public RouterServer {
         h.setReady(Ready());
         h.setDraining(shutting_down_);
         h.setGeneration(0);
-        (void)peer.connection->SendBytes(Encode(builder));
+        (void)peer.connection->SendBytes(wire::EncodeOrEmpty(builder));
         break;
       }
       case Envelope::STATS_REQUEST:
         SendStats(peer);
         break;
       case Envelope::REGISTER:
-        (void)peer.connection->SendBytes(ErrorFrame(
+        (void)peer.connection->SendBytes(wire::ErrorFrame(
             0, Status::FailedPrecondition("Register must be the first message of a link")));
         break;
       default:
         (void)peer.connection->SendBytes(
-            ErrorFrame(0, Status::Unimplemented("message kind not served by a router")));
+            wire::ErrorFrame(0, Status::Unimplemented("message kind not served by a router")));
     }
   }
 
@@ -295,7 +272,7 @@ class Server final : public RouterServer {
     st.setPrefixHitTokens(cached_tokens_total_);
     st.setGeneratedTokens(generated_tokens_total_);
     st.setRunning(static_cast<int32_t>(upstream_.size()));
-    (void)peer.connection->SendBytes(Encode(builder));
+    (void)peer.connection->SendBytes(wire::EncodeOrEmpty(builder));
   }
 
   // --- workers: registration, control link, data link -----------------------------------------
@@ -326,7 +303,7 @@ class Server final : public RouterServer {
     auto ack = builder.initRoot<Envelope>().initRegisterAck();
     ack.setAccepted(false);
     ack.setReason(reason);
-    (void)peer.connection->SendBytes(Encode(builder));
+    (void)peer.connection->SendBytes(wire::EncodeOrEmpty(builder));
     // The worker closes the link when it reads the refusal; close it here too, a little later
     // so the refusal is written first.
     auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(500));
@@ -468,7 +445,7 @@ class Server final : public RouterServer {
     capnp::MallocMessageBuilder builder;
     auto ack = builder.initRoot<Envelope>().initRegisterAck();
     ack.setAccepted(true);
-    (void)links.control->SendBytes(Encode(builder));
+    (void)links.control->SendBytes(wire::EncodeOrEmpty(builder));
     LOG(INFO) << "worker " << info.name << " generation " << info.generation << " joined as " << id;
   }
 
@@ -520,7 +497,7 @@ class Server final : public RouterServer {
       kv_resubscribes_++;
       capnp::MallocMessageBuilder builder;
       builder.initRoot<Envelope>().initSubscribeKv().setLastGeneration(batch.generation);
-      (void)peer.connection->SendBytes(Encode(builder));
+      (void)peer.connection->SendBytes(wire::EncodeOrEmpty(builder));
     }
   }
 
@@ -581,7 +558,7 @@ class Server final : public RouterServer {
     requests_total_++;
     auto reject = [&](const Status& s) {
       requests_rejected_++;
-      (void)peer.connection->SendBytes(ErrorFrame(rid, s));
+      (void)peer.connection->SendBytes(wire::ErrorFrame(rid, s));
     };
     if (shutting_down_) return reject(Status::Unavailable("router is shutting down"));
     if (peer.requests.count(rid) != 0) {
@@ -789,12 +766,13 @@ class Server final : public RouterServer {
       p.done = true;
       requests_rejected_++;
       if (Peer* c = ClientOf(p)) {
-        (void)c->connection->SendBytes(ErrorFrame(p.client_request_id, status));
+        (void)c->connection->SendBytes(wire::ErrorFrame(p.client_request_id, status));
         c->requests.erase(p.client_request_id);
       }
       return;
     }
-    FinishToClient(p, Retryable(status.code()) ? WireFinish::UNAVAILABLE : WireFinish::ERROR,
+    FinishToClient(p,
+                   wire::IsRetryable(status.code()) ? WireFinish::UNAVAILABLE : WireFinish::ERROR,
                    status, 0);
   }
 
@@ -808,12 +786,12 @@ class Server final : public RouterServer {
     auto f = builder.initRoot<Envelope>().initFinish();
     f.setRequestId(p.client_request_id);
     f.setReason(reason);
-    f.setErrorCode(ToWire(error.code()));
+    f.setErrorCode(wire::ToWireErrorCode(error.code()));
     f.setErrorMessage(std::string(error.message()));
     f.setPromptTokens(static_cast<int32_t>(p.prompt.size()));
     f.setCachedTokens(cached);
     f.setGeneratedTokens(static_cast<int32_t>(p.sent.size()));
-    (void)c->connection->SendBytes(Encode(builder));
+    (void)c->connection->SendBytes(wire::EncodeOrEmpty(builder));
     c->requests.erase(p.client_request_id);
   }
 
@@ -860,7 +838,7 @@ class Server final : public RouterServer {
     token.setRequestId(p->client_request_id);
     token.setToken(t.getToken());
     token.setIndex(index);
-    if (!c->connection->SendBytes(Encode(builder)).ok()) {
+    if (!c->connection->SendBytes(wire::EncodeOrEmpty(builder)).ok()) {
       // The client does not keep up: stop generating for it.
       p->cancelled = true;
       CancelUpstream(*p);

@@ -18,6 +18,7 @@
 #include "runtime/kvcache/chunk_hash.h"
 #include "runtime/wire/framing.h"
 #include "runtime/wire/http_probe.h"
+#include "runtime/wire/messages.h"
 #include "worker/metrics.h"
 
 namespace chunkserve::worker {
@@ -25,31 +26,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using wire::schema::Envelope;
-
-wire::schema::ErrorCode ToWire(StatusCode code) {
-  const auto v = static_cast<uint16_t>(code);
-  return v <= static_cast<uint16_t>(StatusCode::kAborted) ? static_cast<wire::schema::ErrorCode>(v)
-                                                          : wire::schema::ErrorCode::INTERNAL;
-}
-
-bool Retryable(StatusCode code) {
-  return code == StatusCode::kResourceExhausted || code == StatusCode::kUnavailable;
-}
-
-std::vector<uint8_t> Encode(capnp::MallocMessageBuilder& builder) {
-  Result<std::vector<uint8_t>> bytes = wire::EncodeFrame(builder);
-  return bytes.ok() ? std::move(bytes).value() : std::vector<uint8_t>{};
-}
-
-std::vector<uint8_t> ErrorFrame(uint64_t request_id, const Status& status) {
-  capnp::MallocMessageBuilder builder;
-  auto error = builder.initRoot<Envelope>().initError();
-  error.setRequestId(request_id);
-  error.setCode(ToWire(status.code()));
-  error.setMessage(std::string(status.message()));
-  error.setRetryable(Retryable(status.code()));
-  return Encode(builder);
-}
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -84,10 +60,11 @@ class Server final : public WorkerServer {
     engine_->SetKvEventCallback(
         [this](const std::vector<engine::KvEvent>& events) { PublishKvEvents(events); });
     CHUNKSERVE_RETURN_IF_ERROR(InitRouterLinks());
-    CHUNKSERVE_RETURN_IF_ERROR(wire::ListenTcp(acceptor_, options_.listen_host, options_.listen_port));
+    CHUNKSERVE_RETURN_IF_ERROR(
+        wire::ListenTcp(acceptor_, options_.listen_host, options_.listen_port));
     if (options_.http_port >= 0) {
-      CHUNKSERVE_RETURN_IF_ERROR(
-          wire::ListenTcp(http_acceptor_, options_.http_host, static_cast<uint16_t>(options_.http_port)));
+      CHUNKSERVE_RETURN_IF_ERROR(wire::ListenTcp(http_acceptor_, options_.http_host,
+                                                 static_cast<uint16_t>(options_.http_port)));
     }
     return Status::Ok();
   }
@@ -200,7 +177,7 @@ class Server final : public WorkerServer {
         break;
       default:
         (void)session.connection->SendBytes(
-            ErrorFrame(0, Status::Unimplemented("message kind not served by a worker")));
+            wire::ErrorFrame(0, Status::Unimplemented("message kind not served by a worker")));
     }
   }
 
@@ -208,7 +185,7 @@ class Server final : public WorkerServer {
     const uint64_t wire_id = g.getRequestId();
     auto reject = [&](const Status& s) {
       if (s.code() == StatusCode::kResourceExhausted) metrics_.rejected_overloaded.fetch_add(1);
-      (void)session.connection->SendBytes(ErrorFrame(wire_id, s));
+      (void)session.connection->SendBytes(wire::ErrorFrame(wire_id, s));
     };
     if (draining_) {
       reject(Status::Unavailable("worker is draining; retry elsewhere"));
@@ -284,7 +261,7 @@ class Server final : public WorkerServer {
             token.setRequestId(wire_id);
             token.setToken(static_cast<uint32_t>(e.token));
             token.setIndex(e.index);
-            if (connection && !connection->SendBytes(Encode(builder)).ok()) {
+            if (connection && !connection->SendBytes(wire::EncodeOrEmpty(builder)).ok()) {
               raw->RequestCancel();  // the client does not keep up (or left): stop generating
             }
             return;
@@ -295,12 +272,12 @@ class Server final : public WorkerServer {
           auto finish = builder.initRoot<Envelope>().initFinish();
           finish.setRequestId(wire_id);
           finish.setReason(static_cast<wire::schema::FinishReason>(e.finish.reason));
-          finish.setErrorCode(ToWire(e.finish.error.code()));
+          finish.setErrorCode(wire::ToWireErrorCode(e.finish.error.code()));
           finish.setErrorMessage(std::string(e.finish.error.message()));
           finish.setPromptTokens(e.finish.prompt_tokens);
           finish.setCachedTokens(e.finish.cached_tokens);
           finish.setGeneratedTokens(e.finish.generated_tokens);
-          if (connection) (void)connection->SendBytes(Encode(builder));
+          if (connection) (void)connection->SendBytes(wire::EncodeOrEmpty(builder));
           asio::post(io_, [this, connection_id, wire_id] { OnFinished(connection_id, wire_id); });
         });
     if (!set.ok()) LOG(ERROR) << "stream callback: " << set;
@@ -333,7 +310,7 @@ class Server final : public WorkerServer {
     st.setChunksShared(s.chunks_shared);
     st.setChunksRetained(s.chunks_retained);
     st.setSteps(s.steps);
-    (void)session.connection->SendBytes(Encode(builder));
+    (void)session.connection->SendBytes(wire::EncodeOrEmpty(builder));
   }
 
   void SendHealth(Session& session) {
@@ -343,7 +320,7 @@ class Server final : public WorkerServer {
     h.setReady(Ready());
     h.setDraining(draining_);
     h.setGeneration(generation_);
-    (void)session.connection->SendBytes(Encode(builder));
+    (void)session.connection->SendBytes(wire::EncodeOrEmpty(builder));
   }
 
   // Prefill rate for load reports. The engine's prefill_tokens_per_s is throughput over a
@@ -471,7 +448,7 @@ class Server final : public WorkerServer {
     r.setAddress(options_.advertise.empty()
                      ? options_.listen_host + ":" + std::to_string(port())
                      : options_.advertise);
-    (void)connection->SendBytes(Encode(builder));
+    (void)connection->SendBytes(wire::EncodeOrEmpty(builder));
   }
 
   void OnRouterLinkClosed(RouterLink* link, const Status& reason) {
@@ -543,7 +520,7 @@ class Server final : public WorkerServer {
     r.setDecodeTokensPerS(s.decode_tokens_per_s);
     r.setDraining(draining_);
     r.setInFlightRequests(static_cast<int32_t>(in_flight_.load()));
-    (void)link.session->connection->SendBytes(Encode(builder));
+    (void)link.session->connection->SendBytes(wire::EncodeOrEmpty(builder));
   }
 
   // --- KV events ------------------------------------------------------------------------------
@@ -562,7 +539,7 @@ class Server final : public WorkerServer {
       stored[static_cast<unsigned>(i)].setParentHash(snapshot.chunks[i].parent_hash);
     }
     ev.initEvicted(0);
-    (void)session.connection->SendBytes(Encode(builder));
+    (void)session.connection->SendBytes(wire::EncodeOrEmpty(builder));
     kv_subscribers_[session.connection->id()] = {session.connection, snapshot.sequence};
   }
 
@@ -598,7 +575,7 @@ class Server final : public WorkerServer {
       if (auto c = sub.connection.lock()) {
         // A subscriber that does not keep up loses its connection; it resubscribes for a
         // fresh snapshot.
-        if (!c->SendBytes(Encode(builder)).ok()) {
+        if (!c->SendBytes(wire::EncodeOrEmpty(builder)).ok()) {
           c->Close(Status::ResourceExhausted("KV event subscriber too slow"));
         }
       }
