@@ -36,6 +36,7 @@
 #include "kernels/cpu/dtype.h"
 #include "kernels/cpu/reference.h"
 #include "kernels/cpu/thread_pool.h"
+#include "tests/bench/attention_layout.h"
 #include "tests/bench/bench.h"
 #include "tests/bench/machine_peaks.h"
 #if CHUNKSERVE_BENCH_CUDA
@@ -219,85 +220,6 @@ int ParseFlags(int argc, char** argv, Options* o) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// The synthetic layout: plan arrays for TPP, block lists for paged.
-// TODO(cleanup): build the plan with runtime/plan's TppPlan once it lands.
-// ------------------------------------------------------------------------------------------------
-struct BenchLayout {
-  int32_t num_seqs = 0;
-  int32_t num_slots = 0;
-  int64_t shared_tokens = 0;   // stored once
-  int64_t private_tokens = 0;  // summed over sequences
-  std::vector<int32_t> shared_slot, shared_len, shared_seq_begin, shared_seq_end,
-      shared_partial_offset;
-  int32_t num_partial_rows = 0;
-  std::vector<int32_t> seq_shared_indptr{0}, seq_shared_ids, private_indptr{0}, private_slot,
-      private_len;
-  std::vector<int32_t> block_indptr{0}, block_slot, block_len;
-
-  TppPlanView Plan() const {
-    TppPlanView p;
-    p.num_seqs = num_seqs;
-    p.num_shared = static_cast<int32_t>(shared_slot.size());
-    p.shared_slot = shared_slot.data();
-    p.shared_len = shared_len.data();
-    p.shared_seq_begin = shared_seq_begin.data();
-    p.shared_seq_end = shared_seq_end.data();
-    p.shared_partial_offset = shared_partial_offset.data();
-    p.num_partial_rows = num_partial_rows;
-    p.seq_shared_indptr = seq_shared_indptr.data();
-    p.seq_shared_ids = seq_shared_ids.data();
-    p.private_indptr = private_indptr.data();
-    p.private_slot = private_slot.data();
-    p.private_len = private_len.data();
-    return p;
-  }
-};
-
-BenchLayout BuildLayout(int32_t batch, int32_t chunk, int64_t np, int64_t ns) {
-  BenchLayout l;
-  l.num_seqs = batch;
-  const bool share = batch >= 2;  // one sequence shares nothing: its prefix is private
-  const int64_t shared = share ? ns : 0;
-  const int64_t priv = np - shared;
-  const int32_t shared_chunks = static_cast<int32_t>((shared + chunk - 1) / chunk);
-  const int32_t private_chunks = static_cast<int32_t>((priv + chunk - 1) / chunk);
-  l.num_slots = shared_chunks + batch * private_chunks;
-  // Slots in a shuffled order, as a free list hands them out after some churn.
-  std::vector<int32_t> slots(static_cast<size_t>(l.num_slots));
-  std::iota(slots.begin(), slots.end(), 0);
-  std::shuffle(slots.begin(), slots.end(), std::mt19937(1234));
-  size_t next = 0;
-  std::vector<int32_t> shared_slots, shared_lens;
-  for (int32_t i = 0; i < shared_chunks; ++i) {
-    const int32_t len = static_cast<int32_t>(std::min<int64_t>(chunk, shared - int64_t{i} * chunk));
-    l.shared_slot.push_back(slots[next++]);
-    l.shared_len.push_back(len);
-    l.shared_seq_begin.push_back(0);
-    l.shared_seq_end.push_back(batch);
-    l.shared_partial_offset.push_back(l.num_partial_rows);
-    l.num_partial_rows += batch;
-    l.shared_tokens += len;
-  }
-  for (int32_t s = 0; s < batch; ++s) {
-    for (int32_t i = 0; i < shared_chunks; ++i) {
-      l.seq_shared_ids.push_back(i);
-      l.block_slot.push_back(l.shared_slot[i]);
-      l.block_len.push_back(l.shared_len[i]);
-    }
-    for (int32_t i = 0; i < private_chunks; ++i) {
-      const int32_t len = static_cast<int32_t>(std::min<int64_t>(chunk, priv - int64_t{i} * chunk));
-      l.private_slot.push_back(slots[next++]);
-      l.private_len.push_back(len);
-      l.block_slot.push_back(l.private_slot.back());
-      l.block_len.push_back(len);
-      l.private_tokens += len;
-    }
-    l.seq_shared_indptr.push_back(static_cast<int32_t>(l.seq_shared_ids.size()));
-    l.private_indptr.push_back(static_cast<int32_t>(l.private_slot.size()));
-    l.block_indptr.push_back(static_cast<int32_t>(l.block_slot.size()));
-  }
-  return l;
-}
 
 // Fast deterministic fill: values in [-1, 1) from a per-thread xorshift, stored in the dtype.
 void FillRandom(void* data, size_t n, DType dtype, uint64_t seed, kc::ThreadPool& pool) {
@@ -391,7 +313,7 @@ struct Config {
 // Returns false when the implementations disagree or a kernel fails.
 bool RunConfig(const Options& o, const Config& cfg, MachinePeaks& peaks, kc::ThreadPool& pool,
                bool run_naive, std::vector<Result>* results) {
-  const BenchLayout layout = BuildLayout(cfg.batch, o.chunk, cfg.np, cfg.ns);
+  const BenchLayout layout = BuildBenchLayout(cfg.batch, o.chunk, cfg.np, cfg.ns);
   const size_t elem = kernels::DTypeSize(o.kv_dtype);
   const size_t block_elems = static_cast<size_t>(o.chunk) * o.head_dim;
   const size_t arena_elems = static_cast<size_t>(layout.num_slots) * o.kv_heads * block_elems;
@@ -545,7 +467,7 @@ struct Work {
 };
 
 Work WorkOf(const Options& o, const Config& cfg) {
-  const BenchLayout layout = BuildLayout(cfg.batch, o.chunk, cfg.np, cfg.ns);
+  const BenchLayout layout = BuildBenchLayout(cfg.batch, o.chunk, cfg.np, cfg.ns);
   const double kv_row =
       2.0 * o.kv_heads * o.head_dim * static_cast<double>(kernels::DTypeSize(o.kv_dtype));
   const double qo = 2.0 * cfg.batch * o.heads * o.head_dim * sizeof(float);

@@ -12,6 +12,7 @@
 // tensor-core FLOPs of decode attention are far below the memory time; they are reported, not
 // part of the floor). efficiency = floor / median.
 #include "tests/bench/attention_cuda.h"
+#include "tests/bench/attention_layout.h"
 
 #include <cuda_runtime_api.h>
 
@@ -73,80 +74,6 @@ struct DeviceMem {
     return static_cast<T*>(p);
   }
 };
-
-// The layout of attention_bench.cc: shared chunks first (the plan's shared list, rows = batch),
-// then each sequence's private chunks; slots shuffled as a free list hands them out.
-struct Layout {
-  int32_t num_slots = 0;
-  int64_t shared_tokens = 0, private_tokens = 0;
-  std::vector<int32_t> shared_slot, shared_len, shared_seq_begin, shared_seq_end,
-      shared_partial_offset;
-  int32_t num_partial_rows = 0;
-  std::vector<int32_t> seq_shared_indptr{0}, seq_shared_ids, private_indptr{0}, private_slot,
-      private_len, block_indptr{0}, block_slot, block_len;
-  int32_t num_seqs = 0;
-
-  TppPlanView Plan() const {
-    TppPlanView p;
-    p.num_seqs = num_seqs;
-    p.num_shared = static_cast<int32_t>(shared_slot.size());
-    p.shared_slot = shared_slot.data();
-    p.shared_len = shared_len.data();
-    p.shared_seq_begin = shared_seq_begin.data();
-    p.shared_seq_end = shared_seq_end.data();
-    p.shared_partial_offset = shared_partial_offset.data();
-    p.num_partial_rows = num_partial_rows;
-    p.seq_shared_indptr = seq_shared_indptr.data();
-    p.seq_shared_ids = seq_shared_ids.data();
-    p.private_indptr = private_indptr.data();
-    p.private_slot = private_slot.data();
-    p.private_len = private_len.data();
-    return p;
-  }
-};
-
-Layout BuildLayout(int32_t batch, int32_t chunk, int64_t np, int64_t ns) {
-  Layout l;
-  l.num_seqs = batch;
-  const int64_t shared = batch >= 2 ? ns : 0;
-  const int64_t priv = np - shared;
-  const int32_t shared_chunks = static_cast<int32_t>((shared + chunk - 1) / chunk);
-  const int32_t private_chunks = static_cast<int32_t>((priv + chunk - 1) / chunk);
-  l.num_slots = std::max(1, shared_chunks + batch * private_chunks);
-  std::vector<int32_t> slots(static_cast<size_t>(l.num_slots));
-  std::iota(slots.begin(), slots.end(), 0);
-  std::shuffle(slots.begin(), slots.end(), std::mt19937(1234));
-  size_t next = 0;
-  for (int32_t i = 0; i < shared_chunks; ++i) {
-    const int32_t len = static_cast<int32_t>(std::min<int64_t>(chunk, shared - int64_t{i} * chunk));
-    l.shared_slot.push_back(slots[next++]);
-    l.shared_len.push_back(len);
-    l.shared_seq_begin.push_back(0);
-    l.shared_seq_end.push_back(batch);
-    l.shared_partial_offset.push_back(l.num_partial_rows);
-    l.num_partial_rows += batch;
-    l.shared_tokens += len;
-  }
-  for (int32_t s = 0; s < batch; ++s) {
-    for (int32_t i = 0; i < shared_chunks; ++i) {
-      l.seq_shared_ids.push_back(i);
-      l.block_slot.push_back(l.shared_slot[i]);
-      l.block_len.push_back(l.shared_len[i]);
-    }
-    for (int32_t i = 0; i < private_chunks; ++i) {
-      const int32_t len = static_cast<int32_t>(std::min<int64_t>(chunk, priv - int64_t{i} * chunk));
-      l.private_slot.push_back(slots[next++]);
-      l.private_len.push_back(len);
-      l.block_slot.push_back(l.private_slot.back());
-      l.block_len.push_back(len);
-      l.private_tokens += len;
-    }
-    l.seq_shared_indptr.push_back(static_cast<int32_t>(l.seq_shared_ids.size()));
-    l.private_indptr.push_back(static_cast<int32_t>(l.private_slot.size()));
-    l.block_indptr.push_back(static_cast<int32_t>(l.block_slot.size()));
-  }
-  return l;
-}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -242,7 +169,7 @@ bool MeasureBandwidth(Machine* m) {
 }
 
 double MinimalBytes(const CudaAttentionOptions& o, const Config& cfg) {
-  const Layout l = BuildLayout(cfg.batch, o.chunk, cfg.np, cfg.ns);
+  const BenchLayout l = BuildBenchLayout(cfg.batch, o.chunk, cfg.np, cfg.ns);
   const double kv_row = 2.0 * o.kv_heads * o.head_dim * 2.0;  // K and V, 2 bytes each
   const double qo = 2.0 * cfg.batch * o.heads * o.head_dim * 2.0;
   return static_cast<double>(l.shared_tokens + l.private_tokens) * kv_row + qo;
@@ -254,7 +181,7 @@ double Flops(const CudaAttentionOptions& o, const Config& cfg) {
 
 bool RunConfig(const CudaAttentionOptions& o, const Config& cfg, void* flush, size_t flush_bytes,
                Measured* m) {
-  const Layout layout = BuildLayout(cfg.batch, o.chunk, cfg.np, cfg.ns);
+  const BenchLayout layout = BuildBenchLayout(cfg.batch, o.chunk, cfg.np, cfg.ns);
   const bool bf16 = o.kv_dtype == DType::kBF16;
   const size_t arena_elems =
       static_cast<size_t>(layout.num_slots) * o.kv_heads * o.chunk * o.head_dim;
