@@ -158,6 +158,8 @@ TEST_P(CudaBackendTest, PrefillSharedPrefixAndTppDecodeMatchCpuBackend) {
   const std::vector<TokenId> a_prompt = rng.Tokens(40, kVocab);
   std::vector<TokenId> b_prompt(a_prompt.begin(), a_prompt.begin() + 35);
   for (TokenId t : rng.Tokens(6, kVocab)) b_prompt.push_back(t);
+  // B must diverge at token 35 for exactly 35 cached tokens; the draw may coincide.
+  if (b_prompt[35] == a_prompt[35]) b_prompt[35] = (a_prompt[35] + 1) % kVocab;
 
   ASSERT_OK_AND_ASSIGN(kv::InsertResult a, tree_->Insert(a_prompt, 39));
   ASSERT_EQ(a.num_cached_tokens, 0);

@@ -111,6 +111,8 @@ TEST_P(CpuBackendTest, PrefillSharedPrefixAndTppDecodeMatchReference) {
   const std::vector<TokenId> a_prompt = rng.Tokens(40, 128);
   std::vector<TokenId> b_prompt(a_prompt.begin(), a_prompt.begin() + 35);
   for (TokenId t : rng.Tokens(6, 128)) b_prompt.push_back(t);
+  // B must diverge at token 35 for exactly 35 cached tokens; the draw may coincide.
+  if (b_prompt[35] == a_prompt[35]) b_prompt[35] = (a_prompt[35] + 1) % 128;
 
   // Sequence A: full prefill, every position's logits.
   ASSERT_OK_AND_ASSIGN(kv::InsertResult a, tree_->Insert(a_prompt, 39));
