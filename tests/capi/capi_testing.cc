@@ -67,8 +67,9 @@ StreamPtr SubmitOrDie(chunkserve_engine_t* engine, const std::vector<int32_t>& p
   return SubmitRequestOrDie(engine, RequestFor(prompt, max_new_tokens));
 }
 
-Outcome Drain(chunkserve_stream_t* stream) {
+Outcome Drain(chunkserve_stream_t* stream, const std::vector<int32_t>& pulled) {
   Outcome out;
+  out.tokens = pulled;
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   chunkserve_stream_event_t e;
   e.struct_size = sizeof(e);

@@ -71,8 +71,9 @@ struct Outcome {
   std::string message;
 };
 
-// Pulls until the FINISHED event; gives up (with a failure) after 60 s.
-Outcome Drain(chunkserve_stream_t* stream);
+// Pulls until the FINISHED event; gives up (with a failure) after 60 s. `pulled`: the tokens the
+// caller already took from the stream (indices continue after them; FINISHED counts them too).
+Outcome Drain(chunkserve_stream_t* stream, const std::vector<int32_t>& pulled = {});
 
 // Polls `condition` until it holds; fails the test after 30 s.
 template <typename Condition>

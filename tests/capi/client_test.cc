@@ -97,37 +97,6 @@ void WaitForFirstToken(chunkserve_stream_t* stream, std::vector<int32_t>* tokens
   tokens->push_back(e.token);
 }
 
-// Drains a stream whose first tokens (`tokens`) were already pulled, as Drain does: indices
-// continue, and the FINISHED event counts every token.
-Outcome DrainRest(chunkserve_stream_t* stream, const std::vector<int32_t>& tokens) {
-  Outcome out;
-  out.tokens = tokens;
-  const auto give_up = std::chrono::steady_clock::now() + 60s;
-  chunkserve_stream_event_t e;
-  e.struct_size = sizeof(e);
-  while (std::chrono::steady_clock::now() < give_up) {
-    ErrorPtr error;
-    const chunkserve_status_t st = chunkserve_stream_next(stream, 100, &e, Out(error));
-    if (st == CHUNKSERVE_STATUS_DEADLINE_EXCEEDED) continue;
-    if (st != CHUNKSERVE_STATUS_OK) {
-      ADD_FAILURE() << "stream_next: " << chunkserve_status_name(st) << ": "
-                    << chunkserve_error_message(error.get());
-      return out;
-    }
-    if (e.kind == CHUNKSERVE_EVENT_TOKEN) {
-      EXPECT_EQ(e.index, static_cast<int32_t>(out.tokens.size()));
-      out.tokens.push_back(e.token);
-      continue;
-    }
-    out.finish = e;
-    if (e.error_message != nullptr) out.message = e.error_message;
-    EXPECT_EQ(e.generated_tokens, static_cast<int32_t>(out.tokens.size()));
-    return out;
-  }
-  ADD_FAILURE() << "stream did not finish within 60 s";
-  return out;
-}
-
 // The greedy tokens of the in-process engine (same built-in tiny model as the worker).
 std::vector<int32_t> InProcessTokens(const std::vector<int32_t>& prompt, int32_t max_new) {
   EnginePtr engine = CreateEngineOrDie(SmallEngineOptions());
@@ -242,7 +211,7 @@ TEST(CHUNKSERVE_CLIENT_SUITE, CancelMidStreamEndsWithCancelled) {
   WaitForFirstToken(stream.get(), &first);
   EXPECT_EQ(chunkserve_stream_cancel(stream.get(), nullptr), CHUNKSERVE_STATUS_OK);
   EXPECT_EQ(chunkserve_stream_cancel(stream.get(), nullptr), CHUNKSERVE_STATUS_OK);  // idempotent
-  const Outcome out = DrainRest(stream.get(), first);
+  const Outcome out = Drain(stream.get(), first);
   EXPECT_EQ(out.finish.finish_reason, CHUNKSERVE_FINISH_CANCELLED);
   EXPECT_LT(out.tokens.size() + 1, 4000u);
   EXPECT_EQ(chunkserve_stream_cancel(stream.get(), nullptr), CHUNKSERVE_STATUS_OK);  // after end
@@ -254,7 +223,7 @@ TEST(CHUNKSERVE_CLIENT_SUITE, CancelMidStreamEndsWithCancelled) {
   WaitForFirstToken(other.get(), &other_first);
   const uint64_t id = chunkserve_stream_id(other.get());
   EXPECT_EQ(chunkserve_client_cancel(client.get(), id, nullptr), CHUNKSERVE_STATUS_OK);
-  EXPECT_EQ(DrainRest(other.get(), other_first).finish.finish_reason, CHUNKSERVE_FINISH_CANCELLED);
+  EXPECT_EQ(Drain(other.get(), other_first).finish.finish_reason, CHUNKSERVE_FINISH_CANCELLED);
   ErrorPtr error;
   EXPECT_EQ(chunkserve_client_cancel(client.get(), id, Out(error)), CHUNKSERVE_STATUS_NOT_FOUND);
   EXPECT_THAT(chunkserve_error_message(error.get()), HasSubstr(std::to_string(id)));
@@ -312,7 +281,7 @@ TEST(CHUNKSERVE_CLIENT_SUITE, WorkerKilledMidStreamEndsStreamsAsUnavailable) {
 
   const auto killed_at = std::chrono::steady_clock::now();
   ASSERT_TRUE(worker->Signal(SIGKILL).ok());
-  const Outcome out = DrainRest(pulled.get(), first);
+  const Outcome out = Drain(pulled.get(), first);
   blocked.join();
   const auto took = std::chrono::steady_clock::now() - killed_at;
   EXPECT_LT(took, 30s);  // bounded, never a hang (generous for a loaded machine)
@@ -554,7 +523,7 @@ TEST(CHUNKSERVE_CLIENT_SUITE, DestroyingTheClientEndsLiveStreams) {
 
   client.reset();  // destroy with three live streams
 
-  const Outcome a = DrainRest(pulled.get(), first);
+  const Outcome a = Drain(pulled.get(), first);
   EXPECT_EQ(a.finish.finish_reason, CHUNKSERVE_FINISH_UNAVAILABLE);
   EXPECT_EQ(a.finish.status, CHUNKSERVE_STATUS_UNAVAILABLE);
   EXPECT_THAT(a.message, HasSubstr("destroyed"));

@@ -24,17 +24,7 @@ TEST(RouterFailoverTest, SigkilledWorkerMidStreamLosesNothingAndDuplicatesNothin
   constexpr int kRequests = 3;
   std::vector<std::vector<uint32_t>> prompts;
   for (int i = 0; i < kRequests; ++i) prompts.push_back(Concat(Tokens(100, 10 + i), Tokens(7, i)));
-  // Reference: one worker alone, greedy.
-  std::vector<std::vector<uint32_t>> reference;
-  {
-    ASSERT_OK_AND_ASSIGN(auto solo, WorkerProcess::Start(kWorkerArgs));
-    ASSERT_OK_AND_ASSIGN(auto c, solo->Connect());
-    for (int i = 0; i < kRequests; ++i) {
-      const Outcome o = RunOne(*c, 1 + i, prompts[i], kMaxNew);
-      ASSERT_EQ(o.tokens.size(), static_cast<size_t>(kMaxNew));
-      reference.push_back(o.tokens);
-    }
-  }
+  ASSERT_OK_AND_ASSIGN(const auto reference, SoloGreedy(prompts, kMaxNew));
   ASSERT_OK_AND_ASSIGN(auto router, RouterProcess::Start({}));
   ASSERT_OK_AND_ASSIGN(auto w0, StartWorker(router->address(), "w0"));
   ASSERT_OK_AND_ASSIGN(auto w1, StartWorker(router->address(), "w1"));
@@ -106,16 +96,7 @@ TEST(RouterFailoverTest, DrainingWorkerStopsGettingRequestsAndLosesNoToken) {
   constexpr int kRequests = 3;
   std::vector<std::vector<uint32_t>> prompts;
   for (int i = 0; i < kRequests; ++i) prompts.push_back(Concat(Tokens(130, 40 + i), Tokens(9, i)));
-  std::vector<std::vector<uint32_t>> reference;
-  {
-    ASSERT_OK_AND_ASSIGN(auto solo, WorkerProcess::Start(kWorkerArgs));
-    ASSERT_OK_AND_ASSIGN(auto c, solo->Connect());
-    for (int i = 0; i < kRequests; ++i) {
-      const Outcome o = RunOne(*c, 1 + i, prompts[i], kMaxNew);
-      ASSERT_EQ(o.tokens.size(), static_cast<size_t>(kMaxNew));
-      reference.push_back(o.tokens);
-    }
-  }
+  ASSERT_OK_AND_ASSIGN(const auto reference, SoloGreedy(prompts, kMaxNew));
   ASSERT_OK_AND_ASSIGN(auto router, RouterProcess::Start({"--lease-ms", "60000"}));
   // Both get the short drain deadline; whichever carries more requests is drained.
   ASSERT_OK_AND_ASSIGN(auto w0,

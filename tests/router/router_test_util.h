@@ -162,6 +162,24 @@ inline Outcome RunOne(WireClient& c, uint64_t id, const std::vector<uint32_t>& p
   return ReceiveAll(c, {id})[id];
 }
 
+// The greedy tokens of each prompt (max_new each) from one worker alone, with no router: what a
+// run through the router must reproduce token for token, whatever happens to its workers.
+inline Result<std::vector<std::vector<uint32_t>>> SoloGreedy(
+    const std::vector<std::vector<uint32_t>>& prompts, int32_t max_new) {
+  CHUNKSERVE_ASSIGN_OR_RETURN(auto solo, WorkerProcess::Start(kWorkerArgs));
+  CHUNKSERVE_ASSIGN_OR_RETURN(auto c, solo->Connect());
+  std::vector<std::vector<uint32_t>> out;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Outcome o = RunOne(*c, 1 + i, prompts[i], max_new);
+    if (o.tokens.size() != static_cast<size_t>(max_new)) {
+      return Status::Internal("solo run of prompt " + std::to_string(i) + " produced " +
+                              std::to_string(o.tokens.size()) + " tokens");
+    }
+    out.push_back(std::move(o.tokens));
+  }
+  return out;
+}
+
 // Receives until request `id` has at least `n` tokens (or ended).
 inline void ReceiveTokens(WireClient& c, uint64_t id, size_t n,
                           std::map<uint64_t, Outcome>* outcomes) {
