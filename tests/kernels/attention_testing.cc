@@ -278,10 +278,11 @@ ContiguousKv Gather(const KvArena& arena, const Layout& layout) {
   return Gather(arena, paths);
 }
 
-std::vector<float> NaiveDecode(const KvArena& arena, const Layout& layout,
-                               const std::vector<float>& q, float sm_scale) {
+namespace {
+
+std::vector<float> NaiveDecodeOf(const KvArena& arena, const ContiguousKv& kv, int32_t num_seqs,
+                                 const std::vector<float>& q, float sm_scale) {
   const Shape& shape = arena.shape();
-  const ContiguousKv kv = Gather(arena, layout);
   std::vector<float> o(q.size(), -1.0f);
   NaiveAttentionParams p;
   p.q = q.data();
@@ -292,13 +293,115 @@ std::vector<float> NaiveDecode(const KvArena& arena, const Layout& layout,
   p.num_kv_tokens = kv.num_tokens;
   p.kv_begin = kv.seq_begin.data();
   p.kv_end = kv.seq_end.data();
-  p.num_queries = layout.num_seqs;
+  p.num_queries = num_seqs;
   p.num_qo_heads = shape.num_qo_heads;
   p.num_kv_heads = shape.num_kv_heads;
   p.head_dim = shape.head_dim;
   p.sm_scale = sm_scale;
   if (NaiveAttention(p) != KernelStatus::kOk) std::fill(o.begin(), o.end(), std::nanf(""));
   return o;
+}
+
+}  // namespace
+
+std::vector<float> NaiveDecode(const KvArena& arena, const Layout& layout,
+                               const std::vector<float>& q, float sm_scale) {
+  return NaiveDecodeOf(arena, Gather(arena, layout), layout.num_seqs, q, sm_scale);
+}
+
+std::vector<float> NaiveDecode(const KvArena& arena, const TppPlanView& plan,
+                               const std::vector<float>& q, float sm_scale) {
+  std::vector<std::vector<Layout::Chunk>> paths(static_cast<size_t>(plan.num_seqs));
+  for (int32_t s = 0; s < plan.num_seqs; ++s) {
+    for (int32_t k = plan.seq_shared_indptr[s]; k < plan.seq_shared_indptr[s + 1]; ++k) {
+      const int32_t id = plan.seq_shared_ids[k];
+      paths[s].push_back({plan.shared_slot[id], plan.shared_len[id], id});
+    }
+    for (int32_t j = plan.private_indptr[s]; j < plan.private_indptr[s + 1]; ++j) {
+      paths[s].push_back({plan.private_slot[j], plan.private_len[j], -1});
+    }
+  }
+  return NaiveDecodeOf(arena, Gather(arena, paths), plan.num_seqs, q, sm_scale);
+}
+
+PrefillBatch MakePrefillBatch(std::vector<PrefillSeq> seqs, const Shape& shape, bool round_new_kv,
+                              chunkserve::testing::Random& rng) {
+  const int32_t c = shape.chunk_size;
+  const size_t token_floats = static_cast<size_t>(shape.num_kv_heads) * shape.head_dim;
+  int32_t num_chunks = 0;
+  for (PrefillSeq& s : seqs) {
+    num_chunks += (s.total + c - 1) / c;
+    if (s.positions.empty()) {
+      for (int32_t p = s.cached; p < s.total; ++p) s.positions.push_back(p);
+    }
+  }
+  const int32_t num_slots = num_chunks + 2;
+  std::vector<int32_t> slots(static_cast<size_t>(num_slots));
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), rng.engine());
+  PrefillBatch b(shape, num_slots);
+  size_t next = 0;
+  for (const PrefillSeq& s : seqs) {
+    b.paths.emplace_back();
+    for (int32_t first = 0; first < s.total; first += c) {
+      const int32_t slot = slots[next++];
+      const int32_t len = std::min(c, s.total - first);
+      b.chunk_slot.push_back(slot);
+      b.chunk_len.push_back(len);
+      b.paths.back().push_back({slot, len, -1});
+      for (int32_t t = 0; t < len; ++t) {
+        if (first + t < s.cached) {
+          b.arena.FillToken(slot, t, rng);
+          continue;
+        }
+        std::vector<float> k = rng.Floats(token_floats);
+        std::vector<float> v = rng.Floats(token_floats);
+        if (round_new_kv) {
+          for (float& x : k) x = RoundThrough(shape.dtype, x);
+          for (float& x : v) x = RoundThrough(shape.dtype, x);
+        }
+        b.new_k.insert(b.new_k.end(), k.begin(), k.end());
+        b.new_v.insert(b.new_v.end(), v.begin(), v.end());
+        b.new_slot.push_back(slot);
+        b.new_offset.push_back(t);
+      }
+    }
+    b.chunk_indptr.push_back(static_cast<int32_t>(b.chunk_slot.size()));
+    b.q_pos.insert(b.q_pos.end(), s.positions.begin(), s.positions.end());
+    b.q_indptr.push_back(static_cast<int32_t>(b.q_pos.size()));
+    b.max_q = std::max(b.max_q, static_cast<int32_t>(s.positions.size()));
+  }
+  return b;
+}
+
+KernelStatus NaivePrefill(const PrefillBatch& batch, const std::vector<float>& q, float sm_scale,
+                          std::vector<float>* want) {
+  const Shape& shape = batch.arena.shape();
+  const ContiguousKv ckv = Gather(batch.arena, batch.paths);
+  std::vector<int64_t> kv_begin, kv_end;
+  for (size_t s = 0; s + 1 < batch.q_indptr.size(); ++s) {
+    for (int32_t i = batch.q_indptr[s]; i < batch.q_indptr[s + 1]; ++i) {
+      kv_begin.push_back(ckv.seq_begin[s]);
+      kv_end.push_back(ckv.seq_begin[s] + batch.q_pos[i] + 1);
+    }
+  }
+  const int32_t num_q = batch.q_indptr.back();
+  want->assign(static_cast<size_t>(num_q) * shape.num_qo_heads * shape.head_dim, -1.0f);
+  NaiveAttentionParams np;
+  np.q = q.data();
+  np.o = want->data();
+  np.k = ckv.k.data();
+  np.v = ckv.v.data();
+  np.dtype = shape.dtype;
+  np.num_kv_tokens = ckv.num_tokens;
+  np.kv_begin = kv_begin.data();
+  np.kv_end = kv_end.data();
+  np.num_queries = num_q;
+  np.num_qo_heads = shape.num_qo_heads;
+  np.num_kv_heads = shape.num_kv_heads;
+  np.head_dim = shape.head_dim;
+  np.sm_scale = sm_scale;
+  return NaiveAttention(np);
 }
 
 double WorstError(const std::vector<float>& got, const std::vector<float>& want, double atol,

@@ -114,9 +114,46 @@ struct ContiguousKv {
 ContiguousKv Gather(const KvArena& arena, const std::vector<std::vector<Layout::Chunk>>& paths);
 ContiguousKv Gather(const KvArena& arena, const Layout& layout);
 
-// Naive reference output for a decode batch: [num_seqs, num_qo_heads, head_dim].
+// Naive reference output for a decode batch: [num_seqs, num_qo_heads, head_dim]; all NaN if the
+// reference rejects its input.
 std::vector<float> NaiveDecode(const KvArena& arena, const Layout& layout,
                                const std::vector<float>& q, float sm_scale);
+// The same for a plan view (e.g. one produced by runtime/plan): each sequence's path is its shared
+// chunks, then its private ones.
+std::vector<float> NaiveDecode(const KvArena& arena, const TppPlanView& plan,
+                               const std::vector<float>& q, float sm_scale);
+
+// One sequence of a prefill batch: `cached` tokens already in the arena, then new tokens up to
+// `total`; the queries sit at `positions` (empty: the new tokens, cached .. total - 1).
+struct PrefillSeq {
+  int32_t cached;
+  int32_t total;
+  std::vector<int32_t> positions;
+};
+
+// A prefill batch over a fresh arena whose slots are shuffled (two more than the batch needs, left
+// unwritten): the cached tokens are in the arena; the new tokens' K/V are only drawn (new_k, new_v:
+// [token][kv_head][head_dim] fp32, in new_slot / new_offset order), for the test to append with
+// the KvAppend it exercises. The chunk and query lists are PrefillAttention's.
+struct PrefillBatch {
+  PrefillBatch(const Shape& shape, int32_t num_slots) : arena(shape, num_slots) {}
+  KvArena arena;
+  std::vector<int32_t> chunk_indptr{0}, chunk_slot, chunk_len, q_indptr{0}, q_pos;
+  std::vector<float> new_k, new_v;
+  std::vector<int32_t> new_slot, new_offset;
+  std::vector<std::vector<Layout::Chunk>> paths;  // per sequence, for Gather
+  int32_t max_q = 0;                              // most queries of one sequence
+};
+// round_new_kv: new K/V values are rounded through the dtype (for callers that upload them as
+// dtype bits); otherwise they are plain fp32 draws that KvAppend converts.
+PrefillBatch MakePrefillBatch(std::vector<PrefillSeq> seqs, const Shape& shape, bool round_new_kv,
+                              chunkserve::testing::Random& rng);
+
+// The naive reference of a prefill batch once its new tokens are in the arena: query i of a
+// sequence sees that sequence's positions 0..q_pos[i]. `want` gets [queries, num_qo_heads,
+// head_dim]; returns the reference's status.
+KernelStatus NaivePrefill(const PrefillBatch& batch, const std::vector<float>& q, float sm_scale,
+                          std::vector<float>* want);
 
 // Largest |got - want| / (atol + rtol * |want|) over all elements (> 1 means out of tolerance);
 // NaN anywhere gives +inf. `where` receives the index of the worst element.

@@ -277,16 +277,10 @@ INSTANTIATE_TEST_SUITE_P(
 // Prefill (KvAppend on the device first, checked bit for bit against the CPU KvAppend).
 // ---------------------------------------------------------------------------------------------
 
-struct SeqSpec {
-  int32_t cached;
-  int32_t total;
-  std::vector<int32_t> positions;
-};
-
 class CudaPrefillTest : public ::chunkserve::testing::GpuTest,
                         public ::testing::WithParamInterface<Case> {
  protected:
-  void Check(std::vector<SeqSpec> seqs, int32_t num_kv_heads, Random& rng) {
+  void Check(std::vector<kt::PrefillSeq> seqs, int32_t num_kv_heads, Random& rng) {
     kt::Shape shape;
     shape.dtype = GetParam().dtype;
     shape.head_dim = GetParam().head_dim;
@@ -295,57 +289,14 @@ class CudaPrefillTest : public ::chunkserve::testing::GpuTest,
     shape.num_qo_heads = num_kv_heads * GetParam().gqa;
     const int32_t c = shape.chunk_size;
     const int32_t d = shape.head_dim;
-
-    int32_t num_chunks = 0;
-    for (SeqSpec& s : seqs) {
-      num_chunks += (s.total + c - 1) / c;
-      if (s.positions.empty()) {
-        for (int32_t p = s.cached; p < s.total; ++p) s.positions.push_back(p);
-      }
-    }
-    const int32_t num_slots = num_chunks + 2;
-    std::vector<int32_t> slots(static_cast<size_t>(num_slots));
-    std::iota(slots.begin(), slots.end(), 0);
-    std::shuffle(slots.begin(), slots.end(), rng.engine());
-    kt::KvArena arena(shape, num_slots);
-
-    std::vector<int32_t> chunk_indptr = {0}, chunk_slot, chunk_len, q_indptr = {0}, q_pos;
-    std::vector<float> new_k, new_v;
-    std::vector<int32_t> new_slot, new_offset;
-    std::vector<std::vector<kt::Layout::Chunk>> paths;
-    size_t next = 0;
-    int32_t max_q = 0;
-    for (const SeqSpec& s : seqs) {
-      paths.emplace_back();
-      for (int32_t first = 0; first < s.total; first += c) {
-        const int32_t slot = slots[next++];
-        const int32_t len = std::min(c, s.total - first);
-        chunk_slot.push_back(slot);
-        chunk_len.push_back(len);
-        paths.back().push_back({slot, len, -1});
-        for (int32_t t = 0; t < len; ++t) {
-          if (first + t < s.cached) {
-            arena.FillToken(slot, t, rng);
-          } else {
-            std::vector<float> k = rng.Floats(static_cast<size_t>(num_kv_heads) * d);
-            std::vector<float> v = rng.Floats(static_cast<size_t>(num_kv_heads) * d);
-            for (float& x : k) x = kc::RoundThrough(shape.dtype, x);
-            for (float& x : v) x = kc::RoundThrough(shape.dtype, x);
-            new_k.insert(new_k.end(), k.begin(), k.end());
-            new_v.insert(new_v.end(), v.begin(), v.end());
-            new_slot.push_back(slot);
-            new_offset.push_back(t);
-          }
-        }
-      }
-      chunk_indptr.push_back(static_cast<int32_t>(chunk_slot.size()));
-      q_pos.insert(q_pos.end(), s.positions.begin(), s.positions.end());
-      q_indptr.push_back(static_cast<int32_t>(q_pos.size()));
-      max_q = std::max(max_q, static_cast<int32_t>(s.positions.size()));
-    }
-    ASSERT_EQ(CheckPrefillLists(static_cast<int32_t>(seqs.size()), q_indptr.data(), q_pos.data(),
-                                chunk_indptr.data(), chunk_slot.data(), chunk_len.data(), num_slots,
-                                c, max_q),
+    const int32_t num_seqs = static_cast<int32_t>(seqs.size());
+    kt::PrefillBatch batch =
+        kt::MakePrefillBatch(std::move(seqs), shape, /*round_new_kv=*/true, rng);
+    kt::KvArena& arena = batch.arena;
+    const int32_t num_slots = arena.num_slots();
+    ASSERT_EQ(CheckPrefillLists(num_seqs, batch.q_indptr.data(), batch.q_pos.data(),
+                                batch.chunk_indptr.data(), batch.chunk_slot.data(),
+                                batch.chunk_len.data(), num_slots, c, batch.max_q),
               nullptr);
 
     // The device arena starts as the host arena (cached tokens; NaN elsewhere), then the new
@@ -354,21 +305,21 @@ class CudaPrefillTest : public ::chunkserve::testing::GpuTest,
     DeviceBuffer dk(ArenaBytes(shape, num_slots)), dv(ArenaBytes(shape, num_slots));
     ASSERT_CUDA(cudaMemcpy(dk.get(), host_kv.k, dk.bytes(), cudaMemcpyHostToDevice));
     ASSERT_CUDA(cudaMemcpy(dv.get(), host_kv.v, dv.bytes(), cudaMemcpyHostToDevice));
-    const int32_t num_new = static_cast<int32_t>(new_slot.size());
+    const int32_t num_new = static_cast<int32_t>(batch.new_slot.size());
     if (num_new > 0) {
       kc::KvAppendParams ap;
       ap.kv = arena.layer();
-      ap.k = new_k.data();
-      ap.v = new_v.data();
-      ap.slot = new_slot.data();
-      ap.offset = new_offset.data();
+      ap.k = batch.new_k.data();
+      ap.v = batch.new_v.data();
+      ap.slot = batch.new_slot.data();
+      ap.offset = batch.new_offset.data();
       ap.num_tokens = num_new;
       ASSERT_EQ(kc::KvAppend(ap), kc::KernelStatus::kOk);
       DeviceBuffer nk, nv, ns, no;
-      DeviceBuffer::Upload(nk, ToBits(shape.dtype, new_k));
-      DeviceBuffer::Upload(nv, ToBits(shape.dtype, new_v));
-      DeviceBuffer::Upload(ns, new_slot);
-      DeviceBuffer::Upload(no, new_offset);
+      DeviceBuffer::Upload(nk, ToBits(shape.dtype, batch.new_k));
+      DeviceBuffer::Upload(nv, ToBits(shape.dtype, batch.new_v));
+      DeviceBuffer::Upload(ns, batch.new_slot);
+      DeviceBuffer::Upload(no, batch.new_offset);
       KvArenaLayerDevice layer;
       layer.k = dk.get();
       layer.v = dv.get();
@@ -387,43 +338,21 @@ class CudaPrefillTest : public ::chunkserve::testing::GpuTest,
       EXPECT_EQ(std::memcmp(back.data(), arena.view().v, back.size()), 0) << "KvAppend V";
     }
 
-    const int32_t num_q = q_indptr.back();
+    const int32_t num_q = batch.q_indptr.back();
     const size_t n = static_cast<size_t>(num_q) * shape.num_qo_heads * d;
     const std::vector<float> q = RoundedFloats(shape.dtype, n, rng);
     const float sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
 
-    const kt::ContiguousKv ckv = kt::Gather(arena, paths);
-    std::vector<int64_t> kv_begin, kv_end;
-    for (size_t s = 0; s < seqs.size(); ++s) {
-      for (int32_t i = q_indptr[s]; i < q_indptr[s + 1]; ++i) {
-        kv_begin.push_back(ckv.seq_begin[s]);
-        kv_end.push_back(ckv.seq_begin[s] + q_pos[i] + 1);
-      }
-    }
-    std::vector<float> want(n, -1.0f);
-    kc::NaiveAttentionParams np;
-    np.q = q.data();
-    np.o = want.data();
-    np.k = ckv.k.data();
-    np.v = ckv.v.data();
-    np.dtype = shape.dtype;
-    np.num_kv_tokens = ckv.num_tokens;
-    np.kv_begin = kv_begin.data();
-    np.kv_end = kv_end.data();
-    np.num_queries = num_q;
-    np.num_qo_heads = shape.num_qo_heads;
-    np.num_kv_heads = num_kv_heads;
-    np.head_dim = d;
-    np.sm_scale = sm_scale;
-    ASSERT_EQ(kc::NaiveAttention(np), kc::KernelStatus::kOk);
+    std::vector<float> want;
+    ASSERT_EQ(kt::NaivePrefill(batch, q, sm_scale, &want), kc::KernelStatus::kOk);
 
     DeviceBuffer dq, dout(std::max<size_t>(n * 2, 16)), dqi, dqp, dci, dcs, dcl;
     DeviceBuffer::Upload(dq, ToBits(shape.dtype, q));
-    DeviceBuffer::Upload(dqi, q_indptr);
-    DeviceBuffer::Upload(dqp, q_pos);
-    DeviceBuffer::Upload(dci, chunk_indptr);
-    DeviceBuffer::Upload(dcs, chunk_slot);
-    DeviceBuffer::Upload(dcl, chunk_len);
+    DeviceBuffer::Upload(dqi, batch.q_indptr);
+    DeviceBuffer::Upload(dqp, batch.q_pos);
+    DeviceBuffer::Upload(dci, batch.chunk_indptr);
+    DeviceBuffer::Upload(dcs, batch.chunk_slot);
+    DeviceBuffer::Upload(dcl, batch.chunk_len);
     ASSERT_CUDA(cudaMemset(dout.get(), 0xff, dout.bytes()));
     PrefillAttentionParams pp;
     pp.q = dq.get();
@@ -431,14 +360,14 @@ class CudaPrefillTest : public ::chunkserve::testing::GpuTest,
     pp.kv = host_kv;
     pp.kv.k = dk.get();
     pp.kv.v = dv.get();
-    pp.num_seqs = static_cast<int32_t>(seqs.size());
+    pp.num_seqs = num_seqs;
     pp.num_qo_heads = shape.num_qo_heads;
     pp.q_indptr = dqi.as<int32_t>();
     pp.q_pos = dqp.as<int32_t>();
     pp.chunk_indptr = dci.as<int32_t>();
     pp.chunk_slot = dcs.as<int32_t>();
     pp.chunk_len = dcl.as<int32_t>();
-    pp.max_q_per_seq = max_q;
+    pp.max_q_per_seq = batch.max_q;
     pp.sm_scale = sm_scale;
     ASSERT_CUDA(PrefillAttention(pp, nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());
@@ -503,39 +432,6 @@ INSTANTIATE_TEST_SUITE_P(
 // (so the lengths-only copy lands where the kernel reads).
 // ---------------------------------------------------------------------------------------------
 
-std::vector<float> ReferenceFromView(const kt::KvArena& arena, const TppPlanView& p,
-                                     const std::vector<float>& q, float sm_scale) {
-  std::vector<std::vector<kt::Layout::Chunk>> paths(static_cast<size_t>(p.num_seqs));
-  for (int32_t s = 0; s < p.num_seqs; ++s) {
-    for (int32_t k = p.seq_shared_indptr[s]; k < p.seq_shared_indptr[s + 1]; ++k) {
-      const int32_t id = p.seq_shared_ids[k];
-      paths[s].push_back({p.shared_slot[id], p.shared_len[id], id});
-    }
-    for (int32_t j = p.private_indptr[s]; j < p.private_indptr[s + 1]; ++j) {
-      paths[s].push_back({p.private_slot[j], p.private_len[j], -1});
-    }
-  }
-  const kt::ContiguousKv kv = kt::Gather(arena, paths);
-  const kt::Shape& shape = arena.shape();
-  std::vector<float> o(q.size(), std::nanf(""));
-  kc::NaiveAttentionParams np;
-  np.q = q.data();
-  np.o = o.data();
-  np.k = kv.k.data();
-  np.v = kv.v.data();
-  np.dtype = shape.dtype;
-  np.num_kv_tokens = kv.num_tokens;
-  np.kv_begin = kv.seq_begin.data();
-  np.kv_end = kv.seq_end.data();
-  np.num_queries = p.num_seqs;
-  np.num_qo_heads = shape.num_qo_heads;
-  np.num_kv_heads = shape.num_kv_heads;
-  np.head_dim = shape.head_dim;
-  np.sm_scale = sm_scale;
-  EXPECT_EQ(kc::NaiveAttention(np), kc::KernelStatus::kOk);
-  return o;
-}
-
 class CudaDecodeStepsTest : public ::chunkserve::testing::GpuTest {};
 
 TEST_F(CudaDecodeStepsTest, RuntimePlanStepsUploadLengthsOnlyAndStayCorrect) {
@@ -599,7 +495,7 @@ TEST_F(CudaDecodeStepsTest, RuntimePlanStepsUploadLengthsOnlyAndStayCorrect) {
     }
     const size_t n = static_cast<size_t>(view.num_seqs) * shape.num_qo_heads * shape.head_dim;
     const std::vector<float> q = RoundedFloats(shape.dtype, n, rng);
-    const std::vector<float> want = ReferenceFromView(arena, view, q, sm_scale);
+    const std::vector<float> want = kt::NaiveDecode(arena, view, q, sm_scale);
     DeviceBuffer dq, dout(n * 2), workspace(std::max<size_t>(dplan.WorkspaceBytes(64), 16));
     DeviceBuffer::Upload(dq, ToBits(shape.dtype, q));
     ASSERT_CUDA(cudaMemset(dout.get(), 0xff, dout.bytes()));

@@ -400,40 +400,6 @@ TEST(TppScheduleBuildTest, RejectsMalformedPlans) {
   EXPECT_TRUE(s.tasks.empty());
 }
 
-// The naive reference for a plan view: each row's path is its shared chunks then its private ones.
-std::vector<float> ReferenceFromView(const kt::KvArena& arena, const TppPlanView& p,
-                                     const std::vector<float>& q, float sm_scale) {
-  std::vector<std::vector<kt::Layout::Chunk>> paths(static_cast<size_t>(p.num_seqs));
-  for (int32_t s = 0; s < p.num_seqs; ++s) {
-    for (int32_t k = p.seq_shared_indptr[s]; k < p.seq_shared_indptr[s + 1]; ++k) {
-      const int32_t id = p.seq_shared_ids[k];
-      paths[s].push_back({p.shared_slot[id], p.shared_len[id], id});
-    }
-    for (int32_t j = p.private_indptr[s]; j < p.private_indptr[s + 1]; ++j) {
-      paths[s].push_back({p.private_slot[j], p.private_len[j], -1});
-    }
-  }
-  const kt::ContiguousKv kv = kt::Gather(arena, paths);
-  const kt::Shape& shape = arena.shape();
-  std::vector<float> o(q.size(), std::numeric_limits<float>::quiet_NaN());
-  cpu::NaiveAttentionParams np;
-  np.q = q.data();
-  np.o = o.data();
-  np.k = kv.k.data();
-  np.v = kv.v.data();
-  np.dtype = shape.dtype;
-  np.num_kv_tokens = kv.num_tokens;
-  np.kv_begin = kv.seq_begin.data();
-  np.kv_end = kv.seq_end.data();
-  np.num_queries = p.num_seqs;
-  np.num_qo_heads = shape.num_qo_heads;
-  np.num_kv_heads = shape.num_kv_heads;
-  np.head_dim = shape.head_dim;
-  np.sm_scale = sm_scale;
-  EXPECT_EQ(cpu::NaiveAttention(np), cpu::KernelStatus::kOk);
-  return o;
-}
-
 // The real producer of the plan (runtime/plan over a prefix tree) through decode steps: every
 // step the cache must copy exactly what changed (lengths only while no chunk fills; everything
 // when TppPlan restructures), and the schedule must still execute to the reference.
@@ -507,7 +473,7 @@ TEST(TppPlanCacheTest, FollowsTheRuntimePlanThroughDecodeSteps) {
         static_cast<size_t>(view.num_seqs) * shape.num_qo_heads * shape.head_dim, -2.0f, 2.0f);
     const std::vector<float> got =
         RunSchedule(cache.schedule(), arena, q, view.num_seqs, shape.num_qo_heads, 0.3f);
-    const std::vector<float> want = ReferenceFromView(arena, view, q, 0.3f);
+    const std::vector<float> want = kt::NaiveDecode(arena, view, q, 0.3f);
     size_t at = 0;
     ASSERT_LE(kt::WorstError(got, want, 1e-5, 1e-5, &at), 1.0) << "step " << step;
     // One decode token per sequence.

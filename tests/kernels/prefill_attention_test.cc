@@ -47,14 +47,6 @@ ThreadPool& Pool() {
   return *pool;
 }
 
-// One sequence of a prefill batch: `cached` tokens already in the arena, then new tokens up to
-// `total`; the queries sit at `positions` (default: the new tokens, cached .. total - 1).
-struct SeqSpec {
-  int32_t cached;
-  int32_t total;
-  std::vector<int32_t> positions;
-};
-
 class PrefillAttentionTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
@@ -63,113 +55,48 @@ class PrefillAttentionTest : public ::testing::TestWithParam<Case> {
     }
   }
 
-  void Check(std::vector<SeqSpec> seqs, int32_t num_kv_heads, Random& rng) {
+  void Check(std::vector<PrefillSeq> seqs, int32_t num_kv_heads, Random& rng) {
     Shape shape;
     shape.dtype = GetParam().dtype;
     shape.head_dim = GetParam().head_dim;
     shape.chunk_size = GetParam().chunk_size;
     shape.num_kv_heads = num_kv_heads;
     shape.num_qo_heads = num_kv_heads * GetParam().gqa;
-    const int32_t c = shape.chunk_size;
     const int32_t d = shape.head_dim;
+    const int32_t num_seqs = static_cast<int32_t>(seqs.size());
+    PrefillBatch batch = MakePrefillBatch(std::move(seqs), shape, /*round_new_kv=*/false, rng);
 
-    int32_t num_chunks = 0;
-    for (SeqSpec& s : seqs) {
-      num_chunks += (s.total + c - 1) / c;
-      if (s.positions.empty()) {
-        for (int32_t p = s.cached; p < s.total; ++p) s.positions.push_back(p);
-      }
-    }
-    const int32_t num_slots = num_chunks + 2;
-    std::vector<int32_t> slots(static_cast<size_t>(num_slots));
-    std::iota(slots.begin(), slots.end(), 0);
-    std::shuffle(slots.begin(), slots.end(), rng.engine());
-    KvArena arena(shape, num_slots);
-
-    std::vector<int32_t> chunk_indptr = {0}, chunk_slot, chunk_len, q_indptr = {0}, q_pos;
-    std::vector<float> new_k, new_v;
-    std::vector<int32_t> new_slot, new_offset;
-    std::vector<std::vector<Layout::Chunk>> paths;
-    size_t next = 0;
-    for (const SeqSpec& s : seqs) {
-      paths.emplace_back();
-      for (int32_t first = 0; first < s.total; first += c) {
-        const int32_t slot = slots[next++];
-        const int32_t len = std::min(c, s.total - first);
-        chunk_slot.push_back(slot);
-        chunk_len.push_back(len);
-        paths.back().push_back({slot, len, -1});
-        for (int32_t t = 0; t < len; ++t) {
-          if (first + t < s.cached) {
-            arena.FillToken(slot, t, rng);
-          } else {  // a new token: its K/V go in through KvAppend
-            const std::vector<float> k = rng.Floats(static_cast<size_t>(num_kv_heads) * d);
-            const std::vector<float> v = rng.Floats(static_cast<size_t>(num_kv_heads) * d);
-            new_k.insert(new_k.end(), k.begin(), k.end());
-            new_v.insert(new_v.end(), v.begin(), v.end());
-            new_slot.push_back(slot);
-            new_offset.push_back(t);
-          }
-        }
-      }
-      chunk_indptr.push_back(static_cast<int32_t>(chunk_slot.size()));
-      q_pos.insert(q_pos.end(), s.positions.begin(), s.positions.end());
-      q_indptr.push_back(static_cast<int32_t>(q_pos.size()));
-    }
-
+    // The new tokens' K/V go in through KvAppend.
     KvAppendParams ap;
-    ap.kv = arena.layer();
-    ap.k = new_k.data();
-    ap.v = new_v.data();
-    ap.slot = new_slot.data();
-    ap.offset = new_offset.data();
-    ap.num_tokens = static_cast<int32_t>(new_slot.size());
+    ap.kv = batch.arena.layer();
+    ap.k = batch.new_k.data();
+    ap.v = batch.new_v.data();
+    ap.slot = batch.new_slot.data();
+    ap.offset = batch.new_offset.data();
+    ap.num_tokens = static_cast<int32_t>(batch.new_slot.size());
     ap.isa = GetParam().isa;
     ASSERT_EQ(KvAppend(ap), KernelStatus::kOk);
 
-    const int32_t num_q = q_indptr.back();
+    const int32_t num_q = batch.q_indptr.back();
     const size_t n = static_cast<size_t>(num_q) * shape.num_qo_heads * d;
     const std::vector<float> q = rng.Floats(n, -3.0f, 3.0f);
     const float sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
 
-    // Reference: contiguous K/V per sequence, causal ranges.
-    const ContiguousKv ckv = Gather(arena, paths);
-    std::vector<int64_t> kv_begin, kv_end;
-    for (size_t s = 0; s < seqs.size(); ++s) {
-      for (int32_t i = q_indptr[s]; i < q_indptr[s + 1]; ++i) {
-        kv_begin.push_back(ckv.seq_begin[s]);
-        kv_end.push_back(ckv.seq_begin[s] + q_pos[i] + 1);
-      }
-    }
-    std::vector<float> want(n, -1.0f);
-    NaiveAttentionParams np;
-    np.q = q.data();
-    np.o = want.data();
-    np.k = ckv.k.data();
-    np.v = ckv.v.data();
-    np.dtype = shape.dtype;
-    np.num_kv_tokens = ckv.num_tokens;
-    np.kv_begin = kv_begin.data();
-    np.kv_end = kv_end.data();
-    np.num_queries = num_q;
-    np.num_qo_heads = shape.num_qo_heads;
-    np.num_kv_heads = num_kv_heads;
-    np.head_dim = d;
-    np.sm_scale = sm_scale;
-    ASSERT_EQ(NaiveAttention(np), KernelStatus::kOk);
+    std::vector<float> want;
+    ASSERT_EQ(NaivePrefill(batch, q, sm_scale, &want), KernelStatus::kOk);
 
     std::vector<float> got(n, 12345.0f);
     PrefillAttentionParams pp;
     pp.q = q.data();
     pp.o = got.data();
-    pp.kv = arena.view();
-    pp.num_seqs = static_cast<int32_t>(seqs.size());
+    pp.kv = batch.arena.view();
+    pp.num_seqs = num_seqs;
     pp.num_qo_heads = shape.num_qo_heads;
-    pp.q_indptr = q_indptr.data();
-    pp.q_pos = q_pos.data();
-    pp.chunk_indptr = chunk_indptr.data();
-    pp.chunk_slot = chunk_slot.data();
-    pp.chunk_len = chunk_len.data();
+    pp.q_indptr = batch.q_indptr.data();
+    pp.q_pos = batch.q_pos.data();
+    pp.chunk_indptr = batch.chunk_indptr.data();
+    pp.chunk_slot = batch.chunk_slot.data();
+    pp.chunk_len = batch.chunk_len.data();
     pp.sm_scale = sm_scale;
     pp.pool = &Pool();
     pp.isa = GetParam().isa;
