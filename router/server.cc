@@ -17,6 +17,7 @@
 #include "runtime/kvcache/chunk_hash.h"
 #include "runtime/wire/framing.h"
 #include "runtime/wire/http_probe.h"
+#include "runtime/wire/listen.h"
 #include "runtime/wire/messages.h"
 
 namespace chunkserve::router {
@@ -180,12 +181,7 @@ class Server final : public RouterServer {
   // --- accepted connections -------------------------------------------------------------------
 
   void Accept() {
-    acceptor_.async_accept([this](const asio::error_code& ec, asio::ip::tcp::socket socket) {
-      if (ec) {
-        if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-        Accept();
-        return;
-      }
+    wire::AcceptLoop(acceptor_, [this](asio::ip::tcp::socket socket) {
       connections_total_++;
       auto connection = wire::Connection::Create(std::move(socket), options_.connection);
       auto peer = std::make_shared<Peer>();
@@ -197,7 +193,6 @@ class Server final : public RouterServer {
             if (auto p = weak.lock()) OnPeerMessage(*p, m);
           },
           [this, id = connection->id()](const Status& reason) { OnPeerClose(id, reason); });
-      Accept();
     });
   }
 

@@ -18,6 +18,7 @@
 #include "runtime/kvcache/chunk_hash.h"
 #include "runtime/wire/framing.h"
 #include "runtime/wire/http_probe.h"
+#include "runtime/wire/listen.h"
 #include "runtime/wire/messages.h"
 #include "worker/metrics.h"
 
@@ -107,12 +108,7 @@ class Server final : public WorkerServer {
   // --- wire connections ---------------------------------------------------------------------
 
   void Accept() {
-    acceptor_.async_accept([this](const asio::error_code& ec, asio::ip::tcp::socket socket) {
-      if (ec) {
-        if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-        Accept();
-        return;
-      }
+    wire::AcceptLoop(acceptor_, [this](asio::ip::tcp::socket socket) {
       metrics_.connections_total.fetch_add(1);
       auto connection = wire::Connection::Create(std::move(socket), options_.connection);
       auto session = std::make_shared<Session>();
@@ -124,7 +120,6 @@ class Server final : public WorkerServer {
             if (auto s = weak.lock()) OnMessage(*s, m);
           },
           [this, id = connection->id()](const Status& reason) { OnClose(id, reason); });
-      Accept();
     });
   }
 

@@ -46,35 +46,26 @@ struct HttpExchange {
   std::string response;
 };
 
-void Accept(asio::ip::tcp::acceptor& acceptor, std::shared_ptr<const HttpHandler> handler) {
-  acceptor.async_accept([&acceptor, handler](const asio::error_code& ec,
-                                             asio::ip::tcp::socket socket) {
-    if (ec) {
-      if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-      Accept(acceptor, handler);  // e.g. out of descriptors: keep serving
-      return;
+void Serve(asio::ip::tcp::socket socket, std::shared_ptr<const HttpHandler> handler) {
+  auto x = std::make_shared<HttpExchange>(std::move(socket));
+  x->timer.expires_after(kRequestDeadline);
+  x->timer.async_wait([x](const asio::error_code& e) {
+    if (!e) {
+      asio::error_code ignored;
+      x->socket.close(ignored);  // a slow or silent peer: give up
     }
-    auto x = std::make_shared<HttpExchange>(std::move(socket));
-    x->timer.expires_after(kRequestDeadline);
-    x->timer.async_wait([x](const asio::error_code& e) {
-      if (!e) {
-        asio::error_code ignored;
-        x->socket.close(ignored);  // a slow or silent peer: give up
-      }
-    });
-    asio::async_read_until(
-        x->socket, asio::dynamic_buffer(x->buffer, kMaxRequestHead), "\r\n\r\n",
-        [x, handler](const asio::error_code& e, size_t) {
-          if (e) {
-            x->Close();  // closed early, oversized head or deadline
-            return;
-          }
-          x->response = RenderHttpResponse(x->buffer, *handler);
-          asio::async_write(x->socket, asio::buffer(x->response),
-                            [x](const asio::error_code&, size_t) { x->Close(); });
-        });
-    Accept(acceptor, handler);
   });
+  asio::async_read_until(
+      x->socket, asio::dynamic_buffer(x->buffer, kMaxRequestHead), "\r\n\r\n",
+      [x, handler](const asio::error_code& e, size_t) {
+        if (e) {
+          x->Close();  // closed early, oversized head or deadline
+          return;
+        }
+        x->response = RenderHttpResponse(x->buffer, *handler);
+        asio::async_write(x->socket, asio::buffer(x->response),
+                          [x](const asio::error_code&, size_t) { x->Close(); });
+      });
 }
 
 }  // namespace
@@ -95,24 +86,9 @@ std::string RenderHttpResponse(std::string_view request_head, const HttpHandler&
   return Render(handler(path), method == "GET");
 }
 
-Status ListenTcp(asio::ip::tcp::acceptor& acceptor, const std::string& host, uint16_t port) {
-  asio::error_code ec;
-  const asio::ip::address address = asio::ip::make_address(host, ec);
-  if (ec) return Status::InvalidArgument("bad listen address: " + host);
-  const asio::ip::tcp::endpoint endpoint(address, port);
-  acceptor.open(endpoint.protocol(), ec);
-  if (!ec) acceptor.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor.bind(endpoint, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return Status::Unavailable("cannot listen on " + host + ":" + std::to_string(port) + ": " +
-                               ec.message());
-  }
-  return Status::Ok();
-}
-
 void ServeHttp(asio::ip::tcp::acceptor& acceptor, HttpHandler handler) {
-  Accept(acceptor, std::make_shared<const HttpHandler>(std::move(handler)));
+  auto shared = std::make_shared<const HttpHandler>(std::move(handler));
+  AcceptLoop(acceptor, [shared](asio::ip::tcp::socket socket) { Serve(std::move(socket), shared); });
 }
 
 }  // namespace chunkserve::wire

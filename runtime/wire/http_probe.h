@@ -15,6 +15,7 @@
 #include <asio.hpp>
 
 #include "runtime/base/status.h"
+#include "runtime/wire/listen.h"  // ListenTcp, which opens the acceptor ServeHttp takes
 
 namespace chunkserve::wire {
 
@@ -30,10 +31,6 @@ using HttpHandler = std::function<HttpReply(const std::string& path)>;
 // Parses an HTTP/1.x request head and renders the complete response: 400 for a malformed request
 // line, 405 for a method other than GET or HEAD (HEAD gets the headers without the body).
 std::string RenderHttpResponse(std::string_view request_head, const HttpHandler& handler);
-
-// Opens `acceptor` on host:port (port 0: an ephemeral port) with SO_REUSEADDR.
-// Errors: InvalidArgument (host is not an IP address), Unavailable (bind or listen failed).
-Status ListenTcp(asio::ip::tcp::acceptor& acceptor, const std::string& host, uint16_t port);
 
 // Serves requests accepted on `acceptor` until it is closed. `acceptor` must outlive the loop's
 // pending operations (close it, then let the loop run them out).
