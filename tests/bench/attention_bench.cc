@@ -72,6 +72,7 @@ struct Options {
   kc::CpuIsa isa = kc::CpuIsa::kAuto;
   std::vector<int32_t> sweep_batches = {1, 2, 4, 8, 16, 32, 64};
   bool cuda = false;            // --device cuda: the CUDA kernels (attention_cuda.cc)
+  int32_t ctas_per_sm = 4;      // --ctas-per-sm: the CUDA TPP schedule's split target
   bool kv_dtype_given = false;  // the CUDA run defaults to f16 (it has no fp32 KV)
 };
 
@@ -95,24 +96,9 @@ void Usage() {
          "  --paged-head-major  also time the paged kernel with head-major task order\n"
          "  --device D       cpu | cuda (cpu); cuda: KV f16 (default) or bf16, no naive line,\n"
          "                   exits 77 with \"no CUDA device\" on a machine without one\n"
+         "  --ctas-per-sm N  cuda: thread blocks per SM the TPP schedule splits work for (4)\n"
          "  --grid           the paper's Table 3 grid (np 1024/2048/4096 x ns 0, np/2, 3np/4, np)\n"
          "                   and the Figure 4 batch sweep (at --np/--ns; --sweep 1,2,4,...)\n";
-}
-
-bool ParseDType(const std::string& s, DType* out) {
-  if (s == "f32")
-    *out = DType::kF32;
-  else if (s == "f16")
-    *out = DType::kF16;
-  else if (s == "bf16")
-    *out = DType::kBF16;
-  else
-    return false;
-  return true;
-}
-
-const char* DTypeName(DType t) {
-  return t == DType::kF16 ? "f16" : t == DType::kBF16 ? "bf16" : "f32";
 }
 
 // Returns 0 on success, 1 for --help, 2 on a bad flag.
@@ -160,6 +146,8 @@ int ParseFlags(int argc, char** argv, Options* o) {
       ok = int_flag("--threads", &o->threads);
     else if (a == "--iters")
       ok = int_flag("--iters", &o->iters);
+    else if (a == "--ctas-per-sm")
+      ok = int_flag("--ctas-per-sm", &o->ctas_per_sm) && o->ctas_per_sm >= 1;
     else if (a == "--naive-iters")
       ok = int_flag("--naive-iters", &o->naive_iters);
     else if (a == "--kv-dtype") {
@@ -656,6 +644,7 @@ int AttentionMain(int argc, char** argv) {
     co.warm = o.warm;
     co.grid = o.grid;
     co.sweep_batches = o.sweep_batches;
+    co.ctas_per_sm = o.ctas_per_sm;
     return RunCudaAttentionBench(co);
 #else
     std::cerr << "attention: no CUDA device: this build has no CUDA backend (--device cuda)\n";

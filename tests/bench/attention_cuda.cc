@@ -210,7 +210,8 @@ bool RunConfig(const CudaAttentionOptions& o, const Config& cfg, void* flush, si
   const float sm_scale = 1.0f / std::sqrt(static_cast<float>(o.head_dim));
 
   kcu::DevicePlan plan;
-  BENCH_CUDA(plan.Update(layout.Plan(), {o.heads, o.kv_heads, o.chunk, layout.num_slots}, nullptr));
+  BENCH_CUDA(plan.Update(layout.Plan(), {o.heads, o.kv_heads, o.chunk, layout.num_slots}, nullptr,
+                         kcu::TppScheduleOptions{0, o.ctas_per_sm, 0}));
   m->plan_upload_bytes = plan.last_upload_bytes();
   DeviceMem workspace;
   BENCH_CUDA(workspace.Alloc(plan.WorkspaceBytes(o.head_dim)));
@@ -302,6 +303,7 @@ void EmitJson(const CudaAttentionOptions& o, const Machine& mc, const Measured& 
   j["achieved_gflops"] = flops / (r.timing.median_ms * 1e6);
   j["tokens_per_s"] = m.cfg.batch / (r.timing.median_ms * 1e-3);
   j["plan_upload_bytes"] = m.plan_upload_bytes;
+  j["ctas_per_sm"] = o.ctas_per_sm;
   std::cout << j.dump() << std::endl;
 }
 

@@ -24,6 +24,7 @@ struct CudaAttentionOptions {
   bool warm = false;
   bool grid = false;
   std::vector<int32_t> sweep_batches;
+  int32_t ctas_per_sm = 4;  // TppScheduleOptions::target_ctas_per_sm
 };
 
 // Exit code 77 when the machine has no CUDA device (after printing "no CUDA device"), 2 for a

@@ -11,6 +11,8 @@
 #include <map>
 #include <string>
 
+#include "kernels/attention_params.h"
+
 namespace chunkserve::bench {
 
 using BenchMain = int (*)(int argc, char** argv);
@@ -21,6 +23,19 @@ struct BenchEntry {
 };
 
 std::map<std::string, BenchEntry>& Registry();
+
+// KV dtype flag values: f32, f16, bf16. ParseDType returns false for anything else.
+inline bool ParseDType(const std::string& s, kernels::DType* out) {
+  if (s == "f32") *out = kernels::DType::kF32;
+  else if (s == "f16") *out = kernels::DType::kF16;
+  else if (s == "bf16") *out = kernels::DType::kBF16;
+  else return false;
+  return true;
+}
+
+inline const char* DTypeName(kernels::DType t) {
+  return t == kernels::DType::kF16 ? "f16" : t == kernels::DType::kBF16 ? "bf16" : "f32";
+}
 
 struct BenchRegistration {
   BenchRegistration(const char* name, const char* help, BenchMain main) {

@@ -30,6 +30,10 @@ struct EngineBenchFlags {
   int32_t threads = 0;
   int32_t chunk = 64;
   int32_t budget = 512;
+  engine::BackendKind backend = engine::BackendKind::kCpu;
+  kernels::DType kv_dtype = kernels::DType::kF32;
+  bool kv_dtype_set = false;
+  std::string model_dir;  // empty: the built-in tiny model
   bool json = false;
 };
 
@@ -68,11 +72,20 @@ int EngineMain(int argc, char** argv) {
     else if (a == "--threads") ok = int_flag(&f.threads);
     else if (a == "--chunk") ok = int_flag(&f.chunk);
     else if (a == "--budget") ok = int_flag(&f.budget);
+    else if (a == "--backend" && has_value) {
+      const std::string b = argv[++i];
+      ok = b == "cpu" || b == "cuda";
+      f.backend = b == "cuda" ? engine::BackendKind::kCuda : engine::BackendKind::kCpu;
+    } else if (a == "--kv-dtype") ok = has_value && (f.kv_dtype_set = ParseDType(argv[++i], &f.kv_dtype));
+    else if (a == "--model") ok = has_value && !(f.model_dir = argv[++i]).empty();
     else if (a == "--json") f.json = true;
     else if (a == "--help") {
       std::cout << "chunkserve-bench engine [--np 512,1024,2048] [--nc 64] [--requests 32]\n"
-                   "    [--rate 4] [--kv-cache-mb 512] [--threads N] [--chunk 64] [--budget 512]"
-                   " [--json]\n";
+                   "    [--rate 4] [--kv-cache-mb 512] [--threads N] [--chunk 64] [--budget 512]\n"
+                   "    [--backend cpu|cuda] [--kv-dtype f32|f16|bf16] [--model DIR] [--json]\n"
+                   "The CUDA backend needs f16 or bf16 KV (its default: f16); --model serves a\n"
+                   "checkpoint (e.g. one written by chunkserve-make-tiny-model) instead of the\n"
+                   "built-in tiny model.\n";
       return 0;
     } else ok = false;
     if (!ok) {
@@ -80,7 +93,9 @@ int EngineMain(int argc, char** argv) {
       return 2;
     }
   }
+  if (f.backend == engine::BackendKind::kCuda && !f.kv_dtype_set) f.kv_dtype = kernels::DType::kF16;
   InitLogging({.program_name = "chunkserve-bench", .min_level = 1});
+  const char* backend_name = f.backend == engine::BackendKind::kCuda ? "cuda" : "cpu";
   std::printf("%6s %6s %5s %6s %-11s %9s %9s %9s %11s %10s %6s\n", "n_p", "n_s", "n_c", "rate",
               "system", "tok/s", "ms/tok", "TTFT p50", "peak KV MiB", "KV saved", "batch");
   int failures = 0;
@@ -94,6 +109,9 @@ int EngineMain(int argc, char** argv) {
         o.kv_cache_bytes = static_cast<uint64_t>(f.kv_cache_mb) << 20;
         o.prefill_token_budget = f.budget;
         o.enable_prefix_sharing = sharing;
+        o.backend = f.backend;
+        o.kv_dtype = f.kv_dtype;
+        o.model_dir = f.model_dir;
         auto eng = engine::Engine::Create(o);
         if (!eng.ok()) {
           std::cerr << "engine: " << eng.status() << "\n";
@@ -123,6 +141,9 @@ int EngineMain(int argc, char** argv) {
                     kv_mib, saved, r.peak_running);
         if (f.json) {
           std::cout << nlohmann::json{{"bench", "engine"},
+                                      {"backend", backend_name},
+                                      {"model", f.model_dir.empty() ? "tiny" : f.model_dir},
+                                      {"kv_dtype", DTypeName(f.kv_dtype)},
                                       {"system", system},
                                       {"np", np},
                                       {"ns", ns},
