@@ -222,26 +222,37 @@ __global__ void __launch_bounds__(kAttendThreads) AttendKernel(const AttendArgs 
     CpAsync16(s_q + r * kStride + piece * 8, src, valid);
   }
 
-  auto chunk_info = [&](int chunk, int* slot) {
-    int len = 0;
-    *slot = 0;
-    if (chunk < ce) {
-      *slot = __ldg(a.chunk_slot + chunk);
-      len = __ldg(a.chunk_len + chunk);
-      if (*slot < 0 || *slot >= a.num_slots || len < 1 || len > c) len = 0;
+  // Chunk (slot, length) lookups run one stage ahead of the copies they address: the lookups of
+  // stage s + 1 are issued while stage s is copied and computed, so a stage's cp.async never
+  // waits behind a dependent global load (that serialization, one round trip per stage, made
+  // the first GPU run latency-bound at full sharing).
+  auto fetch_info = [&](int stage, int (&slot)[kMaxChunksPerStage],
+                        int (&len)[kMaxChunksPerStage]) {
+#pragma unroll
+    for (int j = 0; j < kMaxChunksPerStage; ++j) {
+      const int chunk = cb + stage * cps + j;
+      slot[j] = 0;
+      len[j] = 0;
+      if (j < cps && chunk < ce) {
+        slot[j] = __ldg(a.chunk_slot + chunk);
+        len[j] = __ldg(a.chunk_len + chunk);
+      }
     }
-    return len;
   };
-  // Chunk by chunk: one (slot, length) lookup per chunk; kPieces is a compile-time constant, so
-  // the row / piece split of the flat index costs a multiply, not a division.
-  auto load_stage = [&](int stage, int buf) {
-    const int first = cb + stage * cps;
+  // kPieces is a compile-time constant, so the row / piece split of the flat index costs a
+  // multiply, not a division.
+  auto load_stage = [&](int buf, const int (&slot)[kMaxChunksPerStage],
+                        const int (&len_in)[kMaxChunksPerStage]) {
     T* dk = s_k + buf * cap * kStride;
     T* dv = s_v + buf * cap * kStride;
-    for (int j = 0; j < cps; ++j) {
-      int slot;
-      const int len = chunk_info(first + j, &slot);
-      const int64_t base = (static_cast<int64_t>(slot) * a.num_kv_heads + kv_head) * c * D;
+#pragma unroll
+    for (int j = 0; j < kMaxChunksPerStage; ++j) {
+      if (j >= cps) break;
+      const int sl = slot[j];
+      const int len = (sl < 0 || sl >= a.num_slots || len_in[j] < 1 || len_in[j] > c) ? 0
+                                                                                       : len_in[j];
+      const int64_t base =
+          (static_cast<int64_t>(len > 0 ? sl : 0) * a.num_kv_heads + kv_head) * c * D;
       for (int p = tid; p < c * kPieces; p += kAttendThreads) {
         const int t = p / kPieces;
         const int piece = p - t * kPieces;
@@ -256,7 +267,12 @@ __global__ void __launch_bounds__(kAttendThreads) AttendKernel(const AttendArgs 
   };
 
   const int num_stages = (ce - cb + cps - 1) / cps;
-  if (num_stages > 0) load_stage(0, 0);
+  int next_slot[kMaxChunksPerStage], next_len[kMaxChunksPerStage];
+  if (num_stages > 0) {
+    fetch_info(0, next_slot, next_len);
+    load_stage(0, next_slot, next_len);
+    if (num_stages > 1) fetch_info(1, next_slot, next_len);
+  }
   CpAsyncCommit();
 
   // ---- Warp roles.
@@ -291,8 +307,9 @@ __global__ void __launch_bounds__(kAttendThreads) AttendKernel(const AttendArgs 
   for (int st = 0; st < num_stages; ++st) {
     const int buf = st & 1;
     if (st + 1 < num_stages) {
-      load_stage(st + 1, buf ^ 1);
+      load_stage(buf ^ 1, next_slot, next_len);
       CpAsyncCommit();
+      if (st + 2 < num_stages) fetch_info(st + 2, next_slot, next_len);
       CpAsyncWait<1>();
     } else {
       CpAsyncWait<0>();
