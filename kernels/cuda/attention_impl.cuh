@@ -184,13 +184,18 @@ __global__ void __launch_bounds__(kAttendThreads) AttendKernel(const AttendArgs 
   const int cps = c >= 64 ? 1 : 64 / c;  // chunks per stage
   const int cap = cps * c;               // token rows per stage buffer
 
+  // Stage buffer b holds K then V of `cap` token rows: [K_b | V_b]. The Q tile aliases stage
+  // buffer 1: Q is read into registers once, before stage 1's copies are issued, so it needs no
+  // space of its own (68 KB instead of 85 KB at head_dim 128, chunk 64: three blocks per SM
+  // instead of two, the difference between a latency-bound and a streaming full-sharing decode).
   extern __shared__ __align__(16) unsigned char smem[];
-  T* s_q = reinterpret_cast<T*>(smem);
-  T* s_k = s_q + kTaskRows * kStride;
-  T* s_v = s_k + 2 * cap * kStride;
-  int* s_len = reinterpret_cast<int*>(s_v + 2 * cap * kStride);  // [2][kMaxChunksPerStage]
-  int* s_pos = s_len + 2 * kMaxChunksPerStage;                   // [kTaskRows]
-  float* scratch = reinterpret_cast<float*>(s_k);                // reused after the loop
+  T* const s_stage = reinterpret_cast<T*>(smem);
+  auto stage_k = [&](int buf) { return s_stage + buf * 2 * cap * kStride; };
+  auto stage_v = [&](int buf) { return s_stage + (buf * 2 + 1) * cap * kStride; };
+  T* s_q = stage_k(1);
+  int* s_len = reinterpret_cast<int*>(s_stage + 4 * cap * kStride);  // [2][kMaxChunksPerStage]
+  int* s_pos = s_len + 2 * kMaxChunksPerStage;                        // [kTaskRows]
+  float* scratch = reinterpret_cast<float*>(smem);                    // reused after the loop
 
   const T* q = static_cast<const T*>(a.q);
   const T* k = static_cast<const T*>(a.k);
@@ -243,8 +248,8 @@ __global__ void __launch_bounds__(kAttendThreads) AttendKernel(const AttendArgs 
   // multiply, not a division.
   auto load_stage = [&](int buf, const int (&slot)[kMaxChunksPerStage],
                         const int (&len_in)[kMaxChunksPerStage]) {
-    T* dk = s_k + buf * cap * kStride;
-    T* dv = s_v + buf * cap * kStride;
+    T* dk = stage_k(buf);
+    T* dv = stage_v(buf);
 #pragma unroll
     for (int j = 0; j < kMaxChunksPerStage; ++j) {
       if (j >= cps) break;
@@ -273,7 +278,7 @@ __global__ void __launch_bounds__(kAttendThreads) AttendKernel(const AttendArgs 
     load_stage(0, next_slot, next_len);
     if (num_stages > 1) fetch_info(1, next_slot, next_len);
   }
-  CpAsyncCommit();
+  CpAsyncCommit();  // Q and stage 0
 
   // ---- Warp roles.
   const int row_tiles = (num_rows + 15) / 16;  // 1..4
@@ -306,26 +311,37 @@ __global__ void __launch_bounds__(kAttendThreads) AttendKernel(const AttendArgs 
   }
   for (int st = 0; st < num_stages; ++st) {
     const int buf = st & 1;
-    if (st + 1 < num_stages) {
-      load_stage(buf ^ 1, next_slot, next_len);
-      CpAsyncCommit();
-      if (st + 2 < num_stages) fetch_info(st + 2, next_slot, next_len);
-      CpAsyncWait<1>();
-    } else {
+    if (st == 0) {
+      // Q and stage 0 first; Q's A fragments go to registers (matrices (rows 0-7, k 0-7), (rows
+      // 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15); lane l gives the address of row
+      // l % 8 of matrix l / 8); only then may stage 1 overwrite Q's buffer.
       CpAsyncWait<0>();
-    }
-    __syncthreads();
-    if (active) {
-      if (st == 0) {
-        // A fragments of Q: matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15),
-        // (rows 8-15, k 8-15); lane l gives the address of row l % 8 of matrix l / 8.
+      __syncthreads();
+      if (active) {
         const T* base =
             s_q + (rt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + (lane >> 4) * 8;
 #pragma unroll
         for (int ks = 0; ks < kKs; ++ks) LdMatrixX4(qf[ks], base + ks * 16);
       }
-      const T* kb = s_k + buf * cap * kStride;
-      const T* vb = s_v + buf * cap * kStride;
+      __syncthreads();
+      if (num_stages > 1) {
+        load_stage(1, next_slot, next_len);
+        CpAsyncCommit();
+        if (num_stages > 2) fetch_info(2, next_slot, next_len);
+      }
+    } else if (st + 1 < num_stages) {
+      load_stage(buf ^ 1, next_slot, next_len);
+      CpAsyncCommit();
+      if (st + 2 < num_stages) fetch_info(st + 2, next_slot, next_len);
+      CpAsyncWait<1>();
+      __syncthreads();
+    } else {
+      CpAsyncWait<0>();
+      __syncthreads();
+    }
+    if (active) {
+      const T* kb = stage_k(buf);
+      const T* vb = stage_v(buf);
       const int first_chunk = cb + st * cps;
       const int tiles = cap / 16;
       for (int tt = slice; tt < tiles; tt += slices) {
@@ -502,9 +518,15 @@ __global__ void __launch_bounds__(kAttendThreads) AttendKernel(const AttendArgs 
 // One warp per (merged sequence, query head): combines the sequence's partial entries with the
 // online-softmax merge (paper Eq. 2) in fp32 and writes the normalized output. No entries (a
 // sequence without tokens) or l == 0: zeros.
+//
+// Latency, not bandwidth, bounds this kernel (a few KB per warp), so the dependent loads are
+// batched: up to 32 entries at a time, each lane reads one entry's id and (m, l) (one round trip
+// for the batch, not one per entry), the batch's maximum and weights come from warp shuffles,
+// and the o rows are read as independent vector loads (a lane owns D / 32 adjacent columns).
 template <typename T, int D>
 __global__ void __launch_bounds__(128) MergeKernel(const MergeArgs a) {
-  constexpr int kPer = (D + 31) / 32;
+  static_assert(D == 64 || D == 128, "head_dim");
+  constexpr int kPer = D / 32;  // 2 or 4 adjacent columns per lane
   const int64_t warp_id = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (warp_id >= static_cast<int64_t>(a.num_merge) * a.num_qo_heads) return;
@@ -512,38 +534,69 @@ __global__ void __launch_bounds__(128) MergeKernel(const MergeArgs a) {
   const int h = static_cast<int>(warp_id % a.num_qo_heads);
   const int e0 = a.merge_indptr[kk];
   const int e1 = a.merge_indptr[kk + 1];
-  float mx = -INFINITY;
-  for (int e = e0; e < e1; ++e) mx = fmaxf(mx, a.part_ml[(int64_t{a.merge_entry[e]} + h) * 2]);
-  const float shift = mx == -INFINITY ? 0.0f : mx;
+  float mx = -INFINITY, l = 0.0f;
   float acc[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) acc[i] = 0.0f;
-  float l = 0.0f;
-  for (int e = e0; e < e1; ++e) {
-    const int64_t entry = int64_t{a.merge_entry[e]} + h;
-    const float w = Exp2(a.part_ml[entry * 2] - shift);
-    l += w * a.part_ml[entry * 2 + 1];
-    const float* po = a.part_o + entry * D;
+  for (int base = e0; base < e1; base += 32) {
+    const int n = min(32, e1 - base);
+    int64_t entry = 0;
+    float m = -INFINITY, lv = 0.0f;
+    if (lane < n) {
+      entry = int64_t{a.merge_entry[base + lane]} + h;
+      const float2 ml = reinterpret_cast<const float2*>(a.part_ml)[entry];
+      m = ml.x;
+      lv = ml.y;
+    }
+    float bm = m;
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      if (lane + 32 * i < D) acc[i] += w * po[lane + 32 * i];
+    for (int o = 16; o > 0; o >>= 1) bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, o));
+    const float nm = fmaxf(mx, bm);
+    const float shift = nm == -INFINITY ? 0.0f : nm;  // no (-inf) - (-inf)
+    const float keep = Exp2(mx - shift);              // 0 for the first batch (mx = -inf)
+    const float w = lane < n ? Exp2(m - shift) : 0.0f;
+    float wl = w * lv;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) wl += __shfl_xor_sync(0xffffffffu, wl, o);
+    l = l * keep + wl;
+    mx = nm;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) acc[i] *= keep;
+#pragma unroll 2
+    for (int j = 0; j < n; ++j) {
+      const float wj = __shfl_sync(0xffffffffu, w, j);
+      const int64_t ej = __shfl_sync(0xffffffffu, entry, j);
+      float pv[kPer];
+      if constexpr (kPer == 4) {
+        const float4 v4 = reinterpret_cast<const float4*>(a.part_o + ej * D)[lane];
+        pv[0] = v4.x;
+        pv[1] = v4.y;
+        pv[2] = v4.z;
+        pv[3] = v4.w;
+      } else {
+        const float2 v2 = reinterpret_cast<const float2*>(a.part_o + ej * D)[lane];
+        pv[0] = v2.x;
+        pv[1] = v2.y;
+      }
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) acc[i] += wj * pv[i];
     }
   }
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
   T* dst = static_cast<T*>(a.o) + (int64_t{a.merge_seq[kk]} * a.num_qo_heads + h) * D;
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    if (lane + 32 * i < D) dst[lane + 32 * i] = Mma<T>::From(acc[i] * inv);
+  for (int i = 0; i < kPer; i += 2) {
+    reinterpret_cast<uint32_t*>(dst)[(lane * kPer + i) / 2] =
+        Mma<T>::Pack(acc[i] * inv, acc[i + 1] * inv);
   }
 }
 
-// Raises the kernel's dynamic shared-memory limit once per device (the attribute is per device
-// context), so that launches in a timed loop pay no driver call.
+// Raises the kernel's dynamic shared-memory limit and carveout once per device (the attributes
+// are per device context), so that launches in a timed loop pay no driver call.
 template <typename T, int D>
 cudaError_t EnsureAttendSmem(size_t smem) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> configured[kMaxDevices];
-  if (smem <= 48 * 1024) return cudaSuccess;
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
@@ -553,6 +606,13 @@ cudaError_t EnsureAttendSmem(size_t smem) {
   }
   err = cudaFuncSetAttribute(AttendKernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(smem));
+  // The largest shared-memory carveout, so that as many blocks fit per SM as registers allow
+  // (three at head_dim 128, chunk 64) rather than what a default carveout leaves room for.
+  if (err == cudaSuccess) {
+    err = cudaFuncSetAttribute(AttendKernel<T, D>,
+                               cudaFuncAttributePreferredSharedMemoryCarveout,
+                               cudaSharedmemCarveoutMaxShared);
+  }
   if (err == cudaSuccess && cached) {
     int seen = configured[device].load(std::memory_order_relaxed);
     while (seen < static_cast<int>(smem) &&

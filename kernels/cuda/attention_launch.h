@@ -56,12 +56,13 @@ struct MergeArgs {
 
 inline constexpr int kAttendThreads = 128;
 
-// Shared memory of the attend kernel: Q tile, two stages of K and V, lengths and positions.
+// Shared memory of the attend kernel: two stages of K and V (the Q tile aliases the second,
+// which holds at least 64 rows: cap >= 48 and 2 * cap >= 64), lengths and positions.
 inline size_t AttendSmem(int32_t head_dim, int32_t chunk_size) {
   const size_t chunks_per_stage = chunk_size >= 64 ? 1 : static_cast<size_t>(64 / chunk_size);
   const size_t cap = chunks_per_stage * static_cast<size_t>(chunk_size);
   const size_t stride = static_cast<size_t>(head_dim) + 8;
-  return (64 + 4 * cap) * stride * 2 + (8 + 64) * sizeof(int32_t);
+  return 4 * cap * stride * 2 + (8 + 64) * sizeof(int32_t);
 }
 
 // Defined in attention_f16.cu (is_bf16 false) and attention_bf16.cu (true); head_dim 64 or 128.
