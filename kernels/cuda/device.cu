@@ -15,6 +15,17 @@ __global__ void FillWordsKernel(uint32_t* __restrict__ out, size_t n, uint32_t p
   }
 }
 
+__global__ void ReadWordsKernel(const uint4* __restrict__ in, size_t n, uint32_t never,
+                                uint32_t* sink) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  uint32_t x = 0;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const uint4 v = in[i];
+    x ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (x == never) *sink = x;  // keeps the loads; never taken for the callers' `never`
+}
+
 __global__ void CopyKernel(uint4* __restrict__ dst, const uint4* __restrict__ src, size_t n) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -63,6 +74,22 @@ cudaError_t FillWords(void* scratch, size_t bytes, unsigned pattern, cudaStream_
   const size_t blocks_needed = (n + kThreads - 1) / kThreads;
   const int blocks = static_cast<int>(blocks_needed < 4096 ? blocks_needed : 4096);
   FillWordsKernel<<<blocks, kThreads, 0, stream>>>(static_cast<uint32_t*>(scratch), n, pattern);
+  return cudaGetLastError();
+}
+
+cudaError_t ReadWords(const void* scratch, size_t bytes, unsigned never, unsigned* sink,
+                      cudaStream_t stream) {
+  if (scratch == nullptr || sink == nullptr || bytes % 16 != 0 ||
+      (reinterpret_cast<uintptr_t>(scratch) & 15u) != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const size_t n = bytes / 16;
+  if (n == 0) return cudaSuccess;
+  constexpr int kThreads = 512;
+  const size_t blocks_needed = (n + kThreads - 1) / kThreads;
+  const int blocks = static_cast<int>(blocks_needed < 2048 ? blocks_needed : 2048);
+  ReadWordsKernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint4*>(scratch), n, never,
+                                                   static_cast<uint32_t*>(sink));
   return cudaGetLastError();
 }
 

@@ -21,6 +21,14 @@ cudaError_t DeviceCount(int* count);
 // left there, which is how benchmarks report cold-cache numbers. `bytes` must be a multiple of 4.
 cudaError_t FillWords(void* scratch, size_t bytes, unsigned pattern, cudaStream_t stream);
 
+// Reads `bytes` bytes of `scratch` (a multiple of 16, 16-byte aligned) and writes nothing but,
+// should the words' XOR equal `never` (callers pass a value that cannot occur), one word to
+// `sink`. With `bytes` larger than the L2 cache this evicts a previous iteration's data and
+// leaves L2 holding clean lines: a cold cache without the write-back of dirty lines that a
+// FillWords flush would leave for the timed kernel to pay.
+cudaError_t ReadWords(const void* scratch, size_t bytes, unsigned never, unsigned* sink,
+                      cudaStream_t stream);
+
 // Copies `bytes` bytes (a multiple of 16; both pointers 16-byte aligned, not overlapping) with a
 // grid-stride kernel of 16-byte loads and stores: what benchmarks time to measure the device's
 // achievable bandwidth (bytes read + bytes written, divided by the time).
