@@ -14,14 +14,13 @@
 #include <thread>
 #include <utility>
 
-#include "runtime/backend/cpu_backend.h"
 #include "runtime/base/logging.h"
 #include "runtime/parallel/gloo_communicator.h"
 #if defined(CHUNKSERVE_HAVE_NCCL)
 #include "runtime/parallel/nccl_communicator.h"
 #endif
 #include "runtime/parallel/tcp_store.h"
-#include "runtime/parallel/tp_backend.h"
+#include "runtime/parallel/tp_runner.h"
 
 namespace chunkserve::worker {
 
@@ -34,8 +33,8 @@ struct TpGroup::State {
   std::vector<pid_t> pids;  // rank r is pids[r - 1]
 
   std::mutex mu;
-  par::TpLeaderBackend* leader = nullptr;  // while the engine's backend lives
-  bool shutting_down = false;              // the backend was destroyed: exits are expected
+  par::TpLeaderRunner* leader = nullptr;  // while the engine's runner lives
+  bool shutting_down = false;             // the runner was destroyed: exits are expected
   std::function<void(const Status&)> on_failure;
   bool failure_reported = false;
   std::vector<bool> exited;
@@ -59,8 +58,8 @@ struct TpGroup::State {
       if (shutting_down) return;
       if (rank_exit.ok()) rank_exit = reason;
       if (leader != nullptr) {
-        par::TpLeaderBackend* l = leader;
-        // Fail runs the callback the leader holds (set in BackendFactory).
+        par::TpLeaderRunner* l = leader;
+        // Fail runs the callback the leader holds (set in RunnerFactory).
         l->Fail(reason);
         return;
       }
@@ -91,13 +90,13 @@ struct TpGroup::State {
 
 namespace {
 
-// The engine's backend: the leader, unregistered from the group before it is destroyed so the
+// The engine's runner: the leader, unregistered from the group before it is destroyed so the
 // monitor never touches a dead leader and the ranks' clean exit is not taken for a failure.
-class GroupBackend final : public backend::Backend {
+class GroupRunner final : public forward::StepRunner {
  public:
-  GroupBackend(std::shared_ptr<TpGroup::State> state, std::unique_ptr<par::TpLeaderBackend> leader)
+  GroupRunner(std::shared_ptr<TpGroup::State> state, std::unique_ptr<par::TpLeaderRunner> leader)
       : state_(std::move(state)), leader_(std::move(leader)) {}
-  ~GroupBackend() override {
+  ~GroupRunner() override {
     {
       std::lock_guard<std::mutex> lock(state_->mu);
       state_->leader = nullptr;
@@ -108,8 +107,16 @@ class GroupBackend final : public backend::Backend {
   std::string name() const override { return leader_->name(); }
   const backend::KvArenaShape& kv_shape() const override { return leader_->kv_shape(); }
   int32_t vocab_size() const override { return leader_->vocab_size(); }
-  Status Forward(const backend::StepBatch& batch, std::span<float> logits) override {
-    const Status s = leader_->Forward(batch, logits);
+  Status Forward(const forward::StepBatch& batch, std::span<float> logits) override {
+    return NameTheRank(leader_->Forward(batch, logits));
+  }
+  Status ForwardSample(const forward::StepBatch& batch, std::span<const backend::SampleRow> rows,
+                       std::span<TokenId> tokens) override {
+    return NameTheRank(leader_->ForwardSample(batch, rows, tokens));
+  }
+
+ private:
+  Status NameTheRank(const Status& s) {
     if (s.ok()) return s;
     // A lost peer is usually a rank that died, and its sockets tell Gloo before waitpid tells
     // the monitor (20 ms polls): give the monitor a moment to name the rank for the error.
@@ -126,9 +133,8 @@ class GroupBackend final : public backend::Backend {
     return s;
   }
 
- private:
   std::shared_ptr<TpGroup::State> state_;
-  std::unique_ptr<par::TpLeaderBackend> leader_;
+  std::unique_ptr<par::TpLeaderRunner> leader_;
 };
 
 std::string SelfExe() {
@@ -294,27 +300,33 @@ TpGroup::~TpGroup() {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
-  // The communicator and the store go with the state, which a still-living engine backend
+  // The communicator and the store go with the state, which a still-living engine runner
   // shares: destroying the group first is a misuse that must not leave it a dangling pointer.
 }
 
-engine::BackendFactory TpGroup::BackendFactory() {
+engine::RunnerFactory TpGroup::RunnerFactory() {
   std::shared_ptr<State> state = state_;
-  return [state](const model::LoadedModel& model, const backend::CpuBackendOptions& options)
-             -> Result<std::unique_ptr<backend::Backend>> {
+  return [state](const model::LoadedModel& model, const forward::RunnerOptions& options)
+             -> Result<std::unique_ptr<forward::StepRunner>> {
+    // Gloo ranks reduce host memory (CPU backend), NCCL ranks device memory (CUDA backend).
+    const bool gpu_ranks = state->options.comm == TpComm::kNccl;
+    if (gpu_ranks != (options.backend == forward::BackendKind::kCuda)) {
+      return Status::InvalidArgument(
+          gpu_ranks ? "NCCL ranks are GPU ranks: the engine needs the CUDA backend"
+                    : "the CUDA backend's ranks reduce over NCCL (--tp-comm nccl)");
+    }
     par::TpOptions tp;
     tp.op_timeout = state->options.timeout;
     tp.heartbeat_interval = state->options.heartbeat;
-    CHUNKSERVE_ASSIGN_OR_RETURN(
-        std::unique_ptr<par::TpLeaderBackend> leader,
-        par::TpLeaderBackend::Create(model, options, state->comm.get(), tp));
+    CHUNKSERVE_ASSIGN_OR_RETURN(std::unique_ptr<par::TpLeaderRunner> leader,
+                                par::TpLeaderRunner::Create(model, options, state->comm.get(), tp));
     std::lock_guard<std::mutex> lock(state->mu);
     if (state->on_failure) leader->SetFailureCallback(state->on_failure);
     // Reported while there was no leader yet (an early rank exit): the leader starts failed.
     if (!state->comm->health().ok()) leader->Fail(state->comm->health());
     state->leader = leader.get();
-    return std::unique_ptr<backend::Backend>(
-        std::make_unique<GroupBackend>(state, std::move(leader)));
+    return std::unique_ptr<forward::StepRunner>(
+        std::make_unique<GroupRunner>(state, std::move(leader)));
   };
 }
 

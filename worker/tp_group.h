@@ -1,19 +1,20 @@
 // Tensor parallelism in the worker process (DESIGN.md section 6; runtime/parallel).
 //
-// `chunkserve-worker --tp N` makes the worker rank 0 of a group of N CPU ranks on this machine.
+// `chunkserve-worker --tp N` makes the worker rank 0 of a group of N ranks on this machine: CPU
+// ranks over Gloo, or with `--backend cuda` GPU ranks over NCCL (rank r on CUDA device r).
 // TpGroup::Start (rank 0, from main() before any engine exists):
 //   1. hosts the rendezvous store (runtime/parallel/tcp_store.h) on --tp-rendezvous HOST:PORT
 //      (default 127.0.0.1, ephemeral port);
 //   2. spawns ranks 1..N-1 as child processes of the same binary with the hidden flags
 //      `--tp-rank r --tp-size N --tp-rendezvous HOST:PORT --tp-timeout-ms T --tp-parent-pid P`;
 //      each child sets PR_SET_PDEATHSIG (SIGKILL) before exec, so it dies with rank 0;
-//   3. joins the group within the timeout: Gloo (CPU ranks), or with --tp-comm nccl NCCL (GPU
-//      ranks, one device each; rank 0 publishes the ncclUniqueId in the rendezvous store, the
-//      worker's control channel, and the others read it there);
+//   3. joins the group within the timeout: Gloo (CPU ranks), or NCCL (GPU ranks, one device
+//      each; rank 0 publishes the ncclUniqueId in the rendezvous store, the worker's control
+//      channel, and the others read it there);
 //   4. watches the children (waitpid every 20 ms): a rank that exits while serving fails the
 //      group at once, naming the rank, its pid and its exit code or signal.
-// BackendFactory() is then passed as EngineOptions::backend_factory: it builds the
-// TpLeaderBackend, which sends the followers the model directory and the engine's KV layout.
+// RunnerFactory() is then passed as EngineOptions::runner_factory: it builds the TpLeaderRunner,
+// which sends the followers the model directory, the backend and the engine's KV layout.
 // The failure callback runs once, on the thread that noticed (the step thread, the heartbeat
 // or the monitor): the worker then drains (readiness off) and exits non-zero.
 //
@@ -60,11 +61,11 @@ struct TpGroupOptions {
 class TpGroup {
  public:
   static Result<std::unique_ptr<TpGroup>> Start(const TpGroupOptions& options);
-  // Waits up to 5 s for the ranks to exit (they do once the engine's backend is destroyed and
+  // Waits up to 5 s for the ranks to exit (they do once the engine's runner is destroyed and
   // sent them shutdown), then SIGKILLs what is left. Destroy the engine first.
   ~TpGroup();
 
-  engine::BackendFactory BackendFactory();
+  engine::RunnerFactory RunnerFactory();
   void SetFailureCallback(std::function<void(const Status&)> callback);
   std::vector<pid_t> rank_pids() const;
 

@@ -1,8 +1,8 @@
 // chunkserve-worker: serves one Engine over the wire protocol; see worker/README.md.
+#include <algorithm>
 #include <asio.hpp>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <iostream>
 #include <string>
 
@@ -37,13 +37,17 @@ constexpr char kUsage[] =
     "         [--kv-cache-mb N] [--max-queue N] [--chunk-size N] [--threads N]\n"
     "         [--drain-timeout-ms N] [--handshake-timeout-ms N] [--idle-timeout-ms N]\n"
     "         [--worker-id ID] [--router HOST:PORT] [--advertise HOST:PORT]\n"
-    "         [--load-report-ms N] [--tp N] [--tp-rendezvous HOST:PORT] [--tp-timeout-ms N]\n"
-    "         [--tp-comm gloo|nccl]\n";
+    "         [--load-report-ms N] [--backend cpu|cuda] [--cuda-device N]\n"
+    "         [--kv-dtype f32|f16|bf16] [--tp N] [--tp-rendezvous HOST:PORT]\n"
+    "         [--tp-timeout-ms N] [--tp-comm gloo|nccl]\n"
+    "--backend cuda keeps KV, weights and activations in --kv-dtype (f16, the default, or bf16);\n"
+    "with --tp N it runs N GPU ranks over NCCL, rank r on CUDA device r.\n";
 
 int Main(int argc, char** argv) {
   int tp_exit = 0;
   if (MaybeRunTpRank(argc, argv, &tp_exit)) return tp_exit;  // a tensor-parallel rank process
   TpGroupOptions tp;
+  bool tp_comm_given = false, kv_dtype_given = false;
   WorkerOptions options;
   options.connection.handshake_timeout = std::chrono::milliseconds(10000);
   for (int i = 1; i < argc; ++i) {
@@ -110,9 +114,23 @@ int Main(int argc, char** argv) {
     } else if (flag == "--load-report-ms") {
       ok = ParseInt(value, 10, 600000, &n);
       options.load_report_interval = std::chrono::milliseconds(n);
+    } else if (flag == "--backend") {
+      ok = value == "cpu" || value == "cuda";
+      options.engine.backend =
+          value == "cuda" ? engine::BackendKind::kCuda : engine::BackendKind::kCpu;
+    } else if (flag == "--cuda-device") {
+      ok = ParseInt(value, 0, 1023, &n);
+      options.engine.cuda_device = static_cast<int32_t>(n);
+    } else if (flag == "--kv-dtype") {
+      ok = value == "f32" || value == "f16" || value == "bf16";
+      options.engine.kv_dtype = value == "f16"    ? kernels::DType::kF16
+                                : value == "bf16" ? kernels::DType::kBF16
+                                                  : kernels::DType::kF32;
+      kv_dtype_given = true;
     } else if (flag == "--tp" || flag == "--tp-rendezvous" || flag == "--tp-timeout-ms" ||
                flag == "--tp-comm") {
       ok = ParseTpFlag(flag, value, &tp).ok();
+      tp_comm_given = tp_comm_given || flag == "--tp-comm";
     } else {
       std::fprintf(stderr, "unknown flag %s\n%s", flag.c_str(), kUsage);
       return 2;
@@ -121,6 +139,18 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "bad value for %s: %s\n", flag.c_str(), value.c_str());
       return 2;
     }
+  }
+
+  const bool cuda = options.engine.backend == engine::BackendKind::kCuda;
+  if (cuda && !kv_dtype_given) options.engine.kv_dtype = kernels::DType::kF16;
+  // The backend decides the communicator: CPU ranks reduce host memory over Gloo, GPU ranks device
+  // memory over NCCL.
+  if (!tp_comm_given && cuda) tp.comm = TpComm::kNccl;
+  if (tp.size > 1 && (tp.comm == TpComm::kNccl) != cuda) {
+    std::fprintf(stderr, "chunkserve-worker: %s\n",
+                 cuda ? "--backend cuda runs GPU ranks, which reduce over NCCL (--tp-comm nccl)"
+                      : "--tp-comm nccl runs GPU ranks: add --backend cuda");
+    return 2;
   }
 
   asio::io_context io(1);
@@ -132,7 +162,7 @@ int Main(int argc, char** argv) {
       return 1;
     }
     tp_group = std::move(group).value();
-    options.engine.backend_factory = tp_group->BackendFactory();
+    options.engine.runner_factory = tp_group->RunnerFactory();
   }
   Result<std::unique_ptr<WorkerServer>> server = WorkerServer::Create(io, options);
   if (!server.ok()) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command, for a machine with an NVIDIA GPU (sm_90: H100 / H200):
 #
-#   kernels/cuda/gpu_check.sh OUT_DIR [--build DIR] [--steps LIST] [--jobs N]
+#   kernels/cuda/gpu_check.sh OUT_DIR [--build DIR] [--steps LIST] [--jobs N] [--fi-dtypes LIST]
 #
 # Steps (default: all, in this order; --steps build,tests,... picks some):
 #   env        GPU, driver, compilers, OS                                      -> env.txt
@@ -13,7 +13,9 @@
 #   bench      chunkserve-bench attention --device cuda at the paper's shapes (b 32, 32 heads,
 #              head dim 128, chunk 64; fp16 and bf16) and its Table 3 grid    -> bench.jsonl
 #   flashinfer FlashInfer's paged decode and cascade decode on the same shapes
-#              (tests/bench/flashinfer_attention.py; skipped when flashinfer cannot be imported)
+#              (tests/bench/flashinfer_attention.py; skipped when flashinfer cannot be imported;
+#              --fi-dtypes f16 halves its kernel compilation, ~2-4 minutes per dtype, which runs
+#              in the background from the start)
 #                                                                              -> flashinfer.jsonl
 #   engine     chunkserve-bench engine --backend cuda, sharing on vs off, on the built-in tiny
 #              model and a generated 0.2B-parameter model                     -> engine.jsonl
@@ -32,11 +34,13 @@ shift
 build=build-gpu
 steps=env,build,tests,sanitize,bench,flashinfer,engine
 jobs=$(nproc)
+fi_dtypes="f16,bf16"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
+    --fi-dtypes) fi_dtypes="$2"; shift 2 ;;
     *) echo "gpu_check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -90,7 +94,7 @@ fi
 # FlashInfer compiles its kernels on first use; warm them up (both dtypes) while we build.
 fi_warm_pid=""
 if has_step flashinfer && python3 -c 'import flashinfer' > /dev/null 2>&1; then
-  (for dt in f16 bf16; do
+  (for dt in ${fi_dtypes//,/ }; do
      python3 tests/bench/flashinfer_attention.py --np 128 --ns 64 --batch 4 --iters 2 \
          --kv-dtype "$dt"
    done) > "$out/flashinfer_warmup.log" 2>&1 &
@@ -170,14 +174,14 @@ if has_step flashinfer; then
     wait "$fi_warm_pid" || echo "gpu_check: FlashInfer warm-up failed" >> "$out/flashinfer.err"
     rc=0
     : > "$out/flashinfer.jsonl"
-    for dt in f16 bf16; do
+    for dt in ${fi_dtypes//,/ }; do
       args=()
       for s in "${shapes[@]}"; do read -r _ n _ m <<< "$s"; args+=(--np "$n" --ns "$m"); done
       timeout 120 python3 tests/bench/flashinfer_attention.py "${args[@]}" --kv-dtype "$dt" --iters 100 \
           >> "$out/flashinfer.jsonl" 2>> "$out/flashinfer.err" || rc=1
     done
     timeout 120 python3 tests/bench/flashinfer_attention.py --grid --iters 50 \
-        >> "$out/flashinfer.jsonl" 2>> "$out/flashinfer.err" || rc=1
+        --kv-dtype "${fi_dtypes%%,*}" >> "$out/flashinfer.jsonl" 2>> "$out/flashinfer.err" || rc=1
     [[ $rc -eq 0 ]] && record flashinfer OK $((SECONDS - t0)) \
         "$(grep -c '^{' "$out/flashinfer.jsonl") rows" \
       || record flashinfer FAIL $((SECONDS - t0)) "see flashinfer.err, flashinfer_warmup.log"

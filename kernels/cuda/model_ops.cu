@@ -7,10 +7,15 @@
 namespace chunkserve::kernels::cuda {
 namespace {
 
+__device__ __forceinline__ float ToF(float x) { return x; }
 __device__ __forceinline__ float ToF(__half x) { return __half2float(x); }
 __device__ __forceinline__ float ToF(__nv_bfloat16 x) { return __bfloat162float(x); }
 template <typename T>
 __device__ __forceinline__ T FromF(float x);
+template <>
+__device__ __forceinline__ float FromF<float>(float x) {
+  return x;
+}
 template <>
 __device__ __forceinline__ __half FromF<__half>(float x) {
   return __float2half_rn(x);
@@ -27,10 +32,11 @@ unsigned GridFor(int64_t n, int threads) {
 
 constexpr int kNormThreads = 256;
 
-template <typename T>
+// x in TX (fp32 residual or 16-bit), weight and y in T.
+template <typename TX, typename T>
 __global__ void __launch_bounds__(kNormThreads)
-    RmsNormKernel(const T* x, const T* w, T* y, int32_t dim, float eps) {
-  const T* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
+    RmsNormKernel(const TX* x, const T* w, T* y, int32_t dim, float eps) {
+  const TX* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   T* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
   float sum = 0.0f;
   for (int i = threadIdx.x; i < dim; i += kNormThreads) {
@@ -45,7 +51,7 @@ __global__ void __launch_bounds__(kNormThreads)
 #pragma unroll
   for (int i = 0; i < kNormThreads / 32; ++i) total += warp_sums[i];
   const float inv = rsqrtf(total / static_cast<float>(dim) + eps);
-  // Each thread rewrites only the elements it read, so y may alias x.
+  // Each thread rewrites only the elements it read, so y may alias x (same dtype).
   for (int i = threadIdx.x; i < dim; i += kNormThreads) {
     yr[i] = FromF<T>(ToF(xr[i]) * inv * ToF(w[i]));
   }
@@ -83,16 +89,18 @@ __global__ void SiluMulKernel(const T* gate, const T* up, T* out, int64_t n) {
   }
 }
 
-// 2-byte element copies: the dtype does not matter.
-__global__ void EmbeddingKernel(const uint16_t* table, int32_t vocab, int32_t dim,
-                                const int32_t* ids, int64_t n, uint16_t* out) {
+// Row gather with conversion (16-bit -> 16-bit copies bits; -> fp32 widens).
+template <typename TIn, typename TOut>
+__global__ void EmbeddingKernel(const TIn* table, int32_t vocab, int32_t dim, const int32_t* ids,
+                                int64_t n, TOut* out) {
   const int64_t total = n * dim;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = idx / dim;
     const int32_t d = static_cast<int32_t>(idx % dim);
     const int32_t id = ids[row];
-    out[idx] = (id >= 0 && id < vocab) ? table[static_cast<int64_t>(id) * dim + d] : uint16_t{0};
+    out[idx] = (id >= 0 && id < vocab) ? FromF<TOut>(ToF(table[static_cast<int64_t>(id) * dim + d]))
+                                       : FromF<TOut>(0.0f);
   }
 }
 
@@ -148,21 +156,27 @@ const char* CheckArena(const KvArenaLayerDevice& kv) {
 
 }  // namespace
 
-cudaError_t RmsNorm(DType dtype, const void* x, const void* weight, void* y, int64_t rows,
-                    int32_t dim, float eps, cudaStream_t stream) {
-  if (!Is16Bit(dtype) || CheckRmsNormShape(rows, dim) != nullptr) return cudaErrorInvalidValue;
+cudaError_t RmsNorm(DType x_dtype, DType dtype, const void* x, const void* weight, void* y,
+                    int64_t rows, int32_t dim, float eps, cudaStream_t stream) {
+  if (!Is16Bit(dtype) || (x_dtype != dtype && x_dtype != DType::kF32) ||
+      CheckRmsNormShape(rows, dim) != nullptr) {
+    return cudaErrorInvalidValue;
+  }
   if (rows > 0x7fffffff || !(eps >= 0.0f)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   if (x == nullptr || weight == nullptr || y == nullptr) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(rows));
+  auto launch = [&](auto tx, auto t) {
+    using TX = decltype(tx);
+    using T = decltype(t);
+    RmsNormKernel<TX, T><<<grid, kNormThreads, 0, stream>>>(
+        static_cast<const TX*>(x), static_cast<const T*>(weight), static_cast<T*>(y), dim, eps);
+  };
   if (dtype == DType::kF16) {
-    RmsNormKernel<__half><<<grid, kNormThreads, 0, stream>>>(static_cast<const __half*>(x),
-                                                             static_cast<const __half*>(weight),
-                                                             static_cast<__half*>(y), dim, eps);
+    x_dtype == DType::kF32 ? launch(float{}, __half{}) : launch(__half{}, __half{});
   } else {
-    RmsNormKernel<__nv_bfloat16><<<grid, kNormThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(weight),
-        static_cast<__nv_bfloat16*>(y), dim, eps);
+    x_dtype == DType::kF32 ? launch(float{}, __nv_bfloat16{})
+                           : launch(__nv_bfloat16{}, __nv_bfloat16{});
   }
   return cudaGetLastError();
 }
@@ -203,13 +217,30 @@ cudaError_t SiluMul(DType dtype, const void* gate, const void* up, void* out, in
   return cudaGetLastError();
 }
 
-cudaError_t EmbeddingGather(DType dtype, const void* table, int32_t vocab, int32_t dim,
-                            const int32_t* ids, int64_t n, void* out, cudaStream_t stream) {
-  if (!Is16Bit(dtype) || vocab < 1 || dim < 1 || n < 0) return cudaErrorInvalidValue;
+cudaError_t EmbeddingGather(DType table_dtype, DType out_dtype, const void* table, int32_t vocab,
+                            int32_t dim, const int32_t* ids, int64_t n, void* out,
+                            cudaStream_t stream) {
+  // Same dtype (16-bit or fp32), or 16-bit widened to fp32.
+  if (!(table_dtype == out_dtype || out_dtype == DType::kF32) || vocab < 1 || dim < 1 || n < 0) {
+    return cudaErrorInvalidValue;
+  }
   if (n == 0) return cudaSuccess;
   if (table == nullptr || ids == nullptr || out == nullptr) return cudaErrorInvalidValue;
-  EmbeddingKernel<<<GridFor(n * dim, 256), 256, 0, stream>>>(
-      static_cast<const uint16_t*>(table), vocab, dim, ids, n, static_cast<uint16_t*>(out));
+  const unsigned grid = GridFor(n * dim, 256);
+  auto launch = [&](auto tin, auto tout) {
+    using TIn = decltype(tin);
+    using TOut = decltype(tout);
+    EmbeddingKernel<TIn, TOut><<<grid, 256, 0, stream>>>(static_cast<const TIn*>(table), vocab, dim,
+                                                         ids, n, static_cast<TOut*>(out));
+  };
+  if (table_dtype == DType::kF32) {
+    launch(float{}, float{});
+  } else if (table_dtype == DType::kF16) {
+    out_dtype == DType::kF32 ? launch(__half{}, float{}) : launch(__half{}, __half{});
+  } else {
+    out_dtype == DType::kF32 ? launch(__nv_bfloat16{}, float{})
+                             : launch(__nv_bfloat16{}, __nv_bfloat16{});
+  }
   return cudaGetLastError();
 }
 

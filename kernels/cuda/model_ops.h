@@ -1,7 +1,8 @@
 // CUDA model operations of a Llama-family forward pass: RMSNorm, RoPE, SiLU-and-multiply,
 // embedding gather, and the KV arena writes (append new tokens, copy-on-write of a slot prefix).
 //
-// Tensors are fp16 or bf16 (`dtype`) in device memory; every sum and every transcendental is fp32
+// Tensors are fp16 or bf16 (`dtype`) in device memory, except where a function takes an fp32
+// residual stream (RmsNorm's input, EmbeddingGather's output); every sum and transcendental is fp32
 // (RoPE angles: the position times the inverse frequency is formed in fp64 and reduced modulo 2 pi
 // before the fp32 sin/cos, so that positions in the 100k range keep their precision). Semantics
 // match kernels/cpu/model_ops.h and kernels/cpu/kv_append.h; results differ from the CPU only by
@@ -22,9 +23,10 @@
 
 namespace chunkserve::kernels::cuda {
 
-// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight; x, y [rows, dim], weight [dim]. y may alias x.
-cudaError_t RmsNorm(DType dtype, const void* x, const void* weight, void* y, int64_t rows,
-                    int32_t dim, float eps, cudaStream_t stream);
+// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight; x, y [rows, dim], weight [dim]. weight and y
+// are `dtype` (fp16 / bf16); x is `dtype` too (y may then alias x) or fp32 (the residual stream).
+cudaError_t RmsNorm(DType x_dtype, DType dtype, const void* x, const void* weight, void* y,
+                    int64_t rows, int32_t dim, float eps, cudaStream_t stream);
 
 // In place on x [rows, num_heads, head_dim]; row r is at position positions[r]; Hugging Face's
 // rotate_half pairing (i, i + head_dim / 2) rotated by positions[r] * inv_freq[i] (inv_freq is
@@ -37,9 +39,12 @@ cudaError_t ApplyRope(DType dtype, void* x, const int32_t* positions, int64_t ro
 cudaError_t SiluMul(DType dtype, const void* gate, const void* up, void* out, int64_t n,
                     cudaStream_t stream);
 
-// out[i] = table[ids[i]] ([vocab, dim] rows); ids outside [0, vocab) give zero rows.
-cudaError_t EmbeddingGather(DType dtype, const void* table, int32_t vocab, int32_t dim,
-                            const int32_t* ids, int64_t n, void* out, cudaStream_t stream);
+// out[i] = table[ids[i]] ([vocab, dim] rows); ids outside [0, vocab) give zero rows. The table
+// is fp16, bf16 or fp32; out has the table's dtype or fp32 (16-bit rows widened: the embedding
+// into the fp32 residual stream, or rows of the residual gathered for the LM head).
+cudaError_t EmbeddingGather(DType table_dtype, DType out_dtype, const void* table, int32_t vocab,
+                            int32_t dim, const int32_t* ids, int64_t n, void* out,
+                            cudaStream_t stream);
 
 // One layer of the arena, writable (device pointers), as kernels/cpu/kv_append.h's KvArenaLayer.
 struct KvArenaLayerDevice {

@@ -1,30 +1,27 @@
-// CudaBackend: the CUDA implementation of Backend (DESIGN.md section 5), built only when the
-// project is configured with CUDA (CHUNKSERVE_HAVE_CUDA_BACKEND is then defined for users of
-// chunkserve::backend). It mirrors CpuBackend step for step, on one device and one stream:
+// CudaBackend: the Backend operations (backend.h) on one CUDA device and one stream, built only
+// when the project is configured with CUDA (CHUNKSERVE_HAVE_CUDA_BACKEND is then defined for
+// users of chunkserve::backend).
 //
-//   KV copies (copy-on-write) -> embedding gather -> per layer: RMSNorm, q/k/v GEMMs (+ biases),
-//   RoPE, KV append, attention (decode rows: TPP decode over the step's plan, uploaded through
-//   DevicePlan only when it changes; prefill segments: the prefill kernel over each sequence's
-//   chunk path), o GEMM accumulated into the residual, RMSNorm, gate/up GEMMs, SiLU-and-mul, down
-//   GEMM accumulated into the residual -> for logit_rows only: final RMSNorm and the LM head
-//   (fp32 out) -> logits copied to the host.
+// compute_dtype() is fp16 or bf16 (CudaBackendOptions::dtype): weights, the GEMM and attention
+// activations and the KV arena (the attention kernels take queries and K/V in one 16-bit dtype).
+// The residual stream and logits are fp32: GEMMs write fp32 through cuBLAS (fp32 accumulation),
+// RMSNorm reads fp32 and writes the compute dtype, so a forward pass rounds to 16 bits only where
+// the tensor cores need it. Checkpoints in another dtype (fp32 included) are converted on the
+// host once, at upload.
 //
-// Storage: weights, activations and the KV arena are all in the compute dtype, fp16 or bf16
-// (CudaBackendOptions::kv_dtype; the attention kernels take queries and K/V in one 16-bit dtype).
-// Checkpoints in another dtype (fp32 included) are converted on the host once at creation. The
-// residual stream is 16-bit too (the CPU backend keeps it in fp32), so logits differ from the CPU
-// backend's by fp16 / bf16 rounding; every GEMM and kernel accumulates in fp32. The KV arena is
-// KvArenaShape's: K and V each [num_layers][num_slots][num_kv_heads][chunk_size][head_dim].
+// Decode attention runs the kernels/cuda TPP kernels on a DevicePlan, uploaded only when the plan
+// changes (SetDecodePlan once per step); prefill the prefill kernel over each sequence's chunk
+// path; sampling the device sampler (greedy or top-k/top-p over at most 1024 candidates; a row
+// that keeps more is sampled on the host from its logits row, by the same rule). A step's index
+// arrays go up in one copy. Tensor-parallel all-reduces hand device memory to the communicator
+// on this stream (NCCL: ncclAllReduce on it; no host staging).
 //
 // Errors: every CUDA / cuBLAS error becomes a Status naming the operation and the CUDA error
 // (Unavailable for a missing or unusable device, ResourceExhausted for out-of-memory, Internal
-// otherwise); nothing aborts. Create checks shapes on the host first (head_dim 64 or 128, chunk
-// size a multiple of 16 in [16, 128], f16/bf16 KV), then the device.
+// otherwise); nothing aborts. Kernel faults surface at the step's ReadLogits / Sample / Finish.
 //
-// NOTE: written and compiled without a GPU; see runtime/README.md for what has been verified.
-//
-// Thread safety: none (Backend's contract). Forward may run on another thread than Create: it
-// selects the backend's device on the calling thread first.
+// Thread safety: none (Backend's contract). Operations may run on another thread than Create:
+// each selects the backend's device on the calling thread first.
 #ifndef CHUNKSERVE_RUNTIME_BACKEND_CUDA_BACKEND_H_
 #define CHUNKSERVE_RUNTIME_BACKEND_CUDA_BACKEND_H_
 
@@ -32,42 +29,75 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "runtime/backend/backend.h"
-#include "runtime/model/model.h"
 
 namespace chunkserve::backend {
 
 struct CudaBackendOptions {
-  int32_t device = 0;                              // CUDA device ordinal
-  int32_t num_slots = 0;                           // KV slots (>= 1)
-  int32_t chunk_size = 64;                         // 16..128, a multiple of 16
-  kernels::DType kv_dtype = kernels::DType::kF16;  // kF16 or kBF16: KV, weights, activations
+  int32_t device = 0;                           // CUDA device ordinal
+  kernels::DType dtype = kernels::DType::kF16;  // kF16 or kBF16: weights, activations and KV
 };
 
 class CudaBackend final : public Backend {
  public:
-  // Borrows `model` only during the call (weights are copied to the device). InvalidArgument /
-  // Unimplemented for options or a model shape the kernels do not support, Unavailable when
-  // there is no usable CUDA device, ResourceExhausted when device memory runs out.
-  static Result<std::unique_ptr<CudaBackend>> Create(const model::LoadedModel& model,
-                                                     const CudaBackendOptions& options);
+  // InvalidArgument for a bad dtype or device ordinal; Unavailable when there is no usable CUDA
+  // device (the message says so, and that the CPU backend needs none).
+  static Result<std::unique_ptr<CudaBackend>> Create(const CudaBackendOptions& options);
   ~CudaBackend() override;
 
-  std::string name() const override { return "cuda"; }
-  const KvArenaShape& kv_shape() const override { return shape_; }
-  int32_t vocab_size() const override;
-  Status Forward(const StepBatch& batch, std::span<float> logits) override;
+  // Whether the CUDA kernels take this arena (and model) shape, without a device: f16 / bf16,
+  // chunk_size a multiple of 16 in [16, 128], head_dim 64 or 128. InvalidArgument or
+  // Unimplemented naming what is wrong.
+  static Status CheckKvArena(const KvArenaShape& shape);
 
-  // Host-to-device bytes the last Forward's decode-plan upload copied (0: plan unchanged).
+  std::string name() const override { return "cuda"; }
+  kernels::DType compute_dtype() const override;
+
+  Status Reserve(Tensor* t, kernels::DType dtype, int64_t numel) override;
+  void Release(Tensor* t) override;
+  Result<Tensor> UploadWeights(const void* src, model::DType src_dtype, int64_t numel) override;
+  Result<Tensor> UploadFloats(std::span<const float> values) override;
+  Result<std::vector<const int32_t*>> StageIndices(
+      std::span<const std::span<const int32_t>> sections) override;
+  Status AllocateKvArena(const KvArenaShape& shape) override;
+
+  Status KvCopy(int32_t layer, int32_t src_slot, int32_t dst_slot, int32_t num_tokens) override;
+  Status Embed(const Tensor& table, int32_t vocab, int32_t dim, const int32_t* ids, int32_t n,
+               Tensor* out) override;
+  Status RmsNorm(const Tensor& x, const Tensor& weight, Tensor* y, int32_t rows, int32_t dim,
+                 float eps) override;
+  Status Linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor* y, int32_t rows,
+                int32_t out, int32_t in, bool accumulate) override;
+  Status Rope(Tensor* x, const int32_t* positions, int32_t rows, int32_t heads, int32_t head_dim,
+              const Tensor& inv_freq) override;
+  Status KvAppend(int32_t layer, const Tensor& k, const Tensor& v, const int32_t* slot,
+                  const int32_t* offset, int32_t n) override;
+  Status SetDecodePlan(const kernels::TppPlanView& plan, int32_t num_qo_heads) override;
+  Status DecodeAttention(int32_t layer, const Tensor& q, Tensor* o, int32_t num_qo_heads) override;
+  Status PrefillAttention(int32_t layer, const Tensor& q, Tensor* o, int32_t num_qo_heads,
+                          const PrefillLists& lists) override;
+  Status SiluMul(const Tensor& gate, const Tensor& up, Tensor* out, int64_t n) override;
+  Status GatherRows(const Tensor& x, int32_t x_rows, const int32_t* rows, int32_t n, int32_t dim,
+                    Tensor* out) override;
+  Status AllReduceSum(parallel::Communicator* comm, Tensor* x, int64_t n,
+                      parallel::Deadline deadline) override;
+
+  Status ReadLogits(const Tensor& logits, int32_t rows, int32_t vocab,
+                    std::span<float> out) override;
+  Status Sample(const Tensor& logits, int32_t rows, int32_t vocab,
+                std::span<const SampleRow> params, std::span<TokenId> out) override;
+  Status Finish() override;
+
+  // Host-to-device bytes the last SetDecodePlan copied (0: the plan was unchanged).
   uint64_t last_plan_upload_bytes() const;
+  int32_t device() const;
 
  private:
   struct Impl;  // device state; kept out of this header so it needs no CUDA headers
-  explicit CudaBackend(std::unique_ptr<Impl> impl, const KvArenaShape& shape);
-
+  explicit CudaBackend(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
-  KvArenaShape shape_;
 };
 
 }  // namespace chunkserve::backend

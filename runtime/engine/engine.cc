@@ -11,10 +11,6 @@
 #include <unordered_map>
 #include <utility>
 
-#include "runtime/backend/cpu_backend.h"
-#if defined(CHUNKSERVE_HAVE_CUDA_BACKEND)
-#include "runtime/backend/cuda_backend.h"
-#endif
 #include "runtime/base/logging.h"
 #include "runtime/kvcache/prefix_tree.h"
 #include "runtime/model/model.h"
@@ -125,29 +121,17 @@ class EngineImpl final : public Engine {
     }
     if (slots > (1u << 24)) return Status::InvalidArgument("kv_cache_bytes is too large");
     num_slots_ = static_cast<int32_t>(slots);
-    const backend::CpuBackendOptions backend_options{.num_threads = options_.num_threads,
-                                                     .num_slots = num_slots_,
-                                                     .chunk_size = options_.chunk_size,
-                                                     .kv_dtype = options_.kv_dtype};
-    if (options_.backend_factory) {
-      CHUNKSERVE_ASSIGN_OR_RETURN(backend_, options_.backend_factory(model_, backend_options));
-      if (backend_ == nullptr) return Status::Internal("the backend factory returned no backend");
-    } else if (options_.backend == BackendKind::kCuda) {
-#if defined(CHUNKSERVE_HAVE_CUDA_BACKEND)
-      // The arena shape (slots, chunk size, KV dtype) is the one num_slots was computed for.
-      CHUNKSERVE_ASSIGN_OR_RETURN(
-          backend_, backend::CudaBackend::Create(model_, {.device = options_.cuda_device,
-                                                          .num_slots = num_slots_,
-                                                          .chunk_size = options_.chunk_size,
-                                                          .kv_dtype = options_.kv_dtype}));
-#else
-      return Status::Unimplemented("this build has no CUDA backend (configure with CUDA)");
-#endif
+    const forward::RunnerOptions runner_options{.backend = options_.backend,
+                                                .cuda_device = options_.cuda_device,
+                                                .num_threads = options_.num_threads,
+                                                .num_slots = num_slots_,
+                                                .chunk_size = options_.chunk_size,
+                                                .kv_dtype = options_.kv_dtype};
+    if (options_.runner_factory) {
+      CHUNKSERVE_ASSIGN_OR_RETURN(runner_, options_.runner_factory(model_, runner_options));
+      if (runner_ == nullptr) return Status::Internal("the runner factory returned no runner");
     } else {
-      if (options_.backend != BackendKind::kCpu) {
-        return Status::Unimplemented("unknown backend kind");
-      }
-      CHUNKSERVE_ASSIGN_OR_RETURN(backend_, backend::CpuBackend::Create(model_, backend_options));
+      CHUNKSERVE_ASSIGN_OR_RETURN(runner_, forward::CreateLlamaModel(model_, runner_options));
     }
     CHUNKSERVE_ASSIGN_OR_RETURN(
         kv::PrefixTree tree, kv::PrefixTree::Create({.chunk_size = options_.chunk_size,
@@ -161,7 +145,7 @@ class EngineImpl final : public Engine {
                                 .token_budget = options_.prefill_token_budget,
                                 .prefix_sharing = options_.enable_prefix_sharing,
                                 .max_context = c.MaxContextLength()},
-        tree_.get(), backend_.get(), [this](RequestId id) { OnFinished(id); });
+        tree_.get(), runner_.get(), [this](RequestId id) { OnFinished(id); });
     stats_.kv_bytes_capacity = slot_bytes * static_cast<uint64_t>(num_slots_);
     stats_.kv_slots_total = num_slots_;
     stats_.kv_bytes_per_slot = slot_bytes;
@@ -171,31 +155,29 @@ class EngineImpl final : public Engine {
   }
 
   Result<std::shared_ptr<sched::RequestStream>> Submit(sched::RequestOptions request) override {
-    CHUNKSERVE_RETURN_IF_ERROR(
-        sched::ValidateRequest(request, vocab_size(), max_context()));
+    CHUNKSERVE_RETURN_IF_ERROR(sched::ValidateRequest(request, vocab_size(), max_context()));
     // Reject what can never fit: the whole context in private chunks, plus one copy-on-write.
     const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
-    const int64_t chunks = (std::min<int64_t>(total, max_context()) + options_.chunk_size - 1) /
-                               options_.chunk_size + 1;
+    const int64_t chunks =
+        (std::min<int64_t>(total, max_context()) + options_.chunk_size - 1) / options_.chunk_size +
+        1;
     if (chunks > num_slots_) {
-      return Status::ResourceExhausted(
-          "request needs " + std::to_string(chunks) + " KV chunks but the cache has " +
-          std::to_string(num_slots_) + "; it can never fit here");
+      return Status::ResourceExhausted("request needs " + std::to_string(chunks) +
+                                       " KV chunks but the cache has " +
+                                       std::to_string(num_slots_) + "; it can never fit here");
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Status::Unavailable("engine is shutting down");
     if (static_cast<int32_t>(incoming_.size()) + queued_ >= options_.max_queued_requests) {
-      return Status::ResourceExhausted("engine overloaded: " +
-                                       std::to_string(options_.max_queued_requests) +
-                                       " requests queued; retry later");
+      return Status::ResourceExhausted(
+          "engine overloaded: " + std::to_string(options_.max_queued_requests) +
+          " requests queued; retry later");
     }
     const RequestId id(next_id_++);
     auto stream = std::make_shared<sched::RequestStream>(id);
     live_.emplace(id.value(), stream);
-    incoming_.push_back(sched::Scheduler::Request{.id = id,
-                                                  .options = std::move(request),
-                                                  .stream = stream,
-                                                  .arrival = Clock::now()});
+    incoming_.push_back(sched::Scheduler::Request{
+        .id = id, .options = std::move(request), .stream = stream, .arrival = Clock::now()});
     ++stats_.requests_submitted;
     cv_.notify_all();
     return stream;
@@ -265,8 +247,7 @@ class EngineImpl final : public Engine {
       for (auto& r : batch) scheduler_->Add(std::move(r));
       batch.clear();
       if (abort) {
-        scheduler_->AbortAll(FinishReason::kUnavailable,
-                             Status::Unavailable("engine shut down"));
+        scheduler_->AbortAll(FinishReason::kUnavailable, Status::Unavailable("engine shut down"));
         PublishStats(Clock::now());
         scheduler_->DeliverFinished();
         return;
@@ -343,7 +324,7 @@ class EngineImpl final : public Engine {
   model::LoadedModel model_;
   const bool owns_model_dir_;
   int32_t num_slots_ = 0;
-  std::unique_ptr<backend::Backend> backend_;
+  std::unique_ptr<forward::StepRunner> runner_;
   KvEventLog kv_log_;  // declared before tree_: outlives it
   std::unique_ptr<kv::PrefixTree> tree_;
   std::unique_ptr<sched::Scheduler> scheduler_;

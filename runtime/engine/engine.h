@@ -27,31 +27,25 @@
 #include <vector>
 
 #include "kernels/attention_params.h"
-#include "runtime/backend/backend.h"
 #include "runtime/base/ids.h"
 #include "runtime/base/status.h"
+#include "runtime/forward/llama.h"
+#include "runtime/forward/step_runner.h"
 #include "runtime/sched/request.h"
 #include "runtime/sched/stream.h"
 
-namespace chunkserve::model {
-class LoadedModel;
-}  // namespace chunkserve::model
-namespace chunkserve::backend {
-struct CpuBackendOptions;
-}  // namespace chunkserve::backend
-
 namespace chunkserve::engine {
 
-// Builds the engine's backend in place of the plain CPU backend; tensor parallelism
-// (runtime/parallel) uses it to put a group of ranks behind the Backend interface. Called once,
-// from Engine::Create on the caller's thread, with the loaded model (it outlives the backend) and
-// the options the CPU backend would have been given (num_slots from kv_cache_bytes computed for
-// the whole model, so a tensor-parallel group schedules exactly like one rank and each rank's
-// arena holds 1 / T of kv_cache_bytes).
-using BackendFactory = std::function<Result<std::unique_ptr<backend::Backend>>(
-    const model::LoadedModel& model, const backend::CpuBackendOptions& options)>;
+// Builds the engine's step runner in place of the one-rank model (forward::CreateLlamaModel);
+// tensor parallelism (runtime/parallel) uses it to put a group of ranks behind the StepRunner
+// interface. Called once, from Engine::Create on the caller's thread, with the loaded model (it
+// outlives the runner) and the options the one-rank model would have been given (num_slots from
+// kv_cache_bytes computed for the whole model, so a tensor-parallel group schedules exactly like
+// one rank and each rank's arena holds 1 / T of kv_cache_bytes).
+using RunnerFactory = std::function<Result<std::unique_ptr<forward::StepRunner>>(
+    const model::LoadedModel& model, const forward::RunnerOptions& options)>;
 
-enum class BackendKind : int32_t { kCpu = 0, kCuda = 1 };
+using BackendKind = forward::BackendKind;
 enum class ShutdownMode : int32_t {
   kDrain = 0,  // stop admitting; finish every request already submitted, then stop
   kAbort = 1,  // end every request now with kUnavailable, then stop
@@ -73,37 +67,36 @@ struct EngineOptions {
   int32_t chunk_size = 64;               // tokens per KV chunk (16..256)
   uint64_t kv_cache_bytes = 256u << 20;  // KV arena size; the slot count follows from it
   kernels::DType kv_dtype = kernels::DType::kF32;
-  bool enable_prefix_sharing = true;     // off: every request computes and stores its own KV
+  bool enable_prefix_sharing = true;  // off: every request computes and stores its own KV
 
-  int32_t max_batch_size = 64;           // sequences per step
-  int32_t prefill_token_budget = 512;    // tokens per step (decode + prefill); 0 = unlimited
-  int32_t max_queued_requests = 4096;    // Submit returns ResourceExhausted beyond this
+  int32_t max_batch_size = 64;         // sequences per step
+  int32_t prefill_token_budget = 512;  // tokens per step (decode + prefill); 0 = unlimited
+  int32_t max_queued_requests = 4096;  // Submit returns ResourceExhausted beyond this
 
-  // Empty: the CPU backend (BackendKind::kCpu). Set: this builds the backend; `backend` is
-  // ignored.
-  BackendFactory backend_factory = nullptr;
+  // Empty: the model on `backend` (forward::CreateLlamaModel). Set: this builds the runner.
+  RunnerFactory runner_factory = nullptr;
 };
 
 struct EngineStats {
   // Counters since creation.
   uint64_t requests_submitted = 0;
   uint64_t requests_finished = 0;
-  uint64_t prompt_tokens = 0;         // prompt tokens of admitted requests
-  uint64_t prefix_hit_tokens = 0;     // prompt tokens whose KV came from the cache
-  uint64_t prefill_tokens = 0;        // tokens run through prefill
-  uint64_t generated_tokens = 0;      // tokens streamed out
+  uint64_t prompt_tokens = 0;      // prompt tokens of admitted requests
+  uint64_t prefix_hit_tokens = 0;  // prompt tokens whose KV came from the cache
+  uint64_t prefill_tokens = 0;     // tokens run through prefill
+  uint64_t generated_tokens = 0;   // tokens streamed out
   uint64_t steps = 0;
   uint64_t evicted_chunks = 0;
   uint64_t preemptions = 0;
   // Gauges at the last step.
-  int32_t running = 0;                // sequences in the running batch
-  int32_t queued = 0;                 // submitted, not yet admitted
+  int32_t running = 0;  // sequences in the running batch
+  int32_t queued = 0;   // submitted, not yet admitted
   int32_t last_batch_size = 0;
   uint64_t kv_bytes_used = 0;         // slots in use (referenced + retained), shared counted once
   uint64_t kv_bytes_referenced = 0;   // slots referenced by live sequences
   uint64_t kv_bytes_if_unshared = 0;  // what the live sequences would use without sharing
   uint64_t kv_bytes_capacity = 0;
-  uint64_t kv_bytes_peak = 0;         // max of kv_bytes_referenced over time
+  uint64_t kv_bytes_peak = 0;  // max of kv_bytes_referenced over time
   // KV arena geometry, fixed at creation: a slot holds one chunk (chunk_size tokens, every
   // layer's K and V), so kv_capacity_tokens = kv_slots_total * chunk_size and
   // kv_bytes_capacity = kv_slots_total * kv_bytes_per_slot.
@@ -111,8 +104,8 @@ struct EngineStats {
   uint64_t kv_bytes_per_slot = 0;
   int64_t kv_capacity_tokens = 0;
   int32_t chunks_total = 0;
-  int32_t chunks_shared = 0;          // referenced by >= 2 live sequences
-  int32_t chunks_retained = 0;        // unreferenced, kept for reuse
+  int32_t chunks_shared = 0;    // referenced by >= 2 live sequences
+  int32_t chunks_retained = 0;  // unreferenced, kept for reuse
   // Throughput over the last few seconds.
   double decode_tokens_per_s = 0.0;
   double prefill_tokens_per_s = 0.0;

@@ -11,7 +11,7 @@
 // rebuilt from scratch.
 //
 // Implementations: GlooCommunicator (CPU ranks, TCP; host memory) and NcclCommunicator (GPU
-// ranks; device memory, host buffers staged through the device).
+// ranks; activations reduced in device memory on the backend's stream, control data staged).
 //
 // Thread safety: operations are serialized internally (one at a time per communicator); Abort()
 // may be called from any thread, at any time, including while an operation runs.
@@ -58,6 +58,16 @@ class Communicator {
   virtual Status AllReduceSum(std::span<float> data, Deadline deadline) = 0;
 
   // Copies `root`'s bytes into every rank's `data` (same size on every rank).
+  // AllReduceSum of device memory (of this rank's GPU), ordered after the work already queued on
+  // `cuda_stream` (a cudaStream_t) and run on it; returns once the sum is complete. GPU
+  // communicators only: the default is Unimplemented.
+  virtual Status AllReduceSumOnStream(std::span<float> data, void* cuda_stream, Deadline deadline) {
+    (void)data;
+    (void)cuda_stream;
+    (void)deadline;
+    return Status::Unimplemented(name() + " cannot reduce device memory");
+  }
+
   virtual Status Broadcast(std::span<std::byte> data, int32_t root, Deadline deadline) = 0;
 
   virtual Status Barrier(Deadline deadline) = 0;

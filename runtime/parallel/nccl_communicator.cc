@@ -64,8 +64,10 @@ struct NcclCommunicator::Impl {
     return broken;
   }
 
-  // Polls until the stream's work is done; errors, Abort() and the deadline abort the comm.
-  Status Wait(const char* what, Deadline deadline) {
+  // Polls until the work on `on` (default: the communicator's stream) is done; errors, Abort()
+  // and the deadline abort the comm.
+  Status Wait(const char* what, Deadline deadline, cudaStream_t on = nullptr) {
+    if (on == nullptr) on = stream;
     for (;;) {
       ncclResult_t async = ncclSuccess;
       const ncclResult_t r = ncclCommGetAsyncError(comm, &async);
@@ -76,7 +78,7 @@ struct NcclCommunicator::Impl {
         return s;
       }
       if (async == ncclSuccess) {
-        const cudaError_t q = cudaStreamQuery(stream);
+        const cudaError_t q = cudaStreamQuery(on);
         if (q == cudaSuccess) return Status::Ok();
         if (q != cudaErrorNotReady) {
           const Status s = FromCuda(q, what);
@@ -256,6 +258,24 @@ Status NcclCommunicator::AllReduceSum(std::span<float> data, Deadline deadline) 
   return impl_->Run("all-reduce", data.data(), data.size_bytes(), true, deadline, [&](void* dev) {
     return ncclAllReduce(dev, dev, data.size(), ncclFloat, ncclSum, impl_->comm, impl_->stream);
   });
+}
+
+Status NcclCommunicator::AllReduceSumOnStream(std::span<float> data, void* cuda_stream,
+                                              Deadline deadline) {
+  if (data.empty()) return health();
+  std::lock_guard<std::mutex> lock(impl_->op_mu);
+  CHUNKSERVE_RETURN_IF_ERROR(impl_->Health());
+  CHUNKSERVE_RETURN_IF_ERROR(FromCuda(cudaSetDevice(impl_->device), "cudaSetDevice"));
+  auto* s = static_cast<cudaStream_t>(cuda_stream);
+  const ncclResult_t r =
+      ncclAllReduce(data.data(), data.data(), data.size(), ncclFloat, ncclSum, impl_->comm, s);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    const Status st = FromNccl(r, "all-reduce");
+    impl_->Break(st);
+    impl_->AbortLocked();
+    return st;
+  }
+  return impl_->Wait("all-reduce", deadline, s);
 }
 
 Status NcclCommunicator::Broadcast(std::span<std::byte> data, int32_t root, Deadline deadline) {

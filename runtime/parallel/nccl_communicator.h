@@ -9,9 +9,11 @@
 // or the deadline: on any of those the communicator is aborted with ncclCommAbort, which is what
 // unblocks the peers' kernels too. NCCL and CUDA error codes become Status here, once.
 //
-// Buffers may be device memory (used in place) or host memory (staged through a device buffer
-// on the same stream), so the CPU engine's step descriptors and a CUDA backend's activations go
-// through one interface.
+// AllReduceSumOnStream takes device memory and runs ncclAllReduce on the caller's stream (the CUDA
+// backend's), after the work queued there, then polls that stream as above: activations never
+// touch the host. The other operations carry control data (step descriptors, failure counts):
+// host buffers are staged through a device buffer on the communicator's stream, device buffers
+// are used in place.
 //
 // Thread safety: as Communicator. Only built when the CUDA toolkit ships NCCL
 // (CHUNKSERVE_HAVE_NCCL).
@@ -54,6 +56,7 @@ class NcclCommunicator final : public Communicator {
   int32_t size() const override { return size_; }
   std::string name() const override { return "nccl"; }
   Status AllReduceSum(std::span<float> data, Deadline deadline) override;
+  Status AllReduceSumOnStream(std::span<float> data, void* cuda_stream, Deadline deadline) override;
   Status Broadcast(std::span<std::byte> data, int32_t root, Deadline deadline) override;
   Status Barrier(Deadline deadline) override;
   void Abort(const Status& reason) override;

@@ -47,7 +47,7 @@ class Reader {
   size_t pos_ = 0;
 };
 
-constexpr int32_t kStepVersion = 1;
+constexpr int32_t kStepVersion = 2;
 
 Status Malformed(const char* what) {
   return Status::DataLoss(std::string("malformed tensor-parallel step descriptor: ") + what);
@@ -66,6 +66,7 @@ std::vector<std::byte> EncodeTpInit(const TpInit& init) {
   w.Put(init.num_threads);
   w.Put(init.op_timeout_ms);
   w.Put(init.heartbeat_ms);
+  w.Put(init.backend);
   w.Put(static_cast<int32_t>(init.model_dir.size()));
   std::vector<std::byte> out = w.Bytes();
   const auto* p = reinterpret_cast<const std::byte*>(init.model_dir.data());
@@ -74,15 +75,16 @@ std::vector<std::byte> EncodeTpInit(const TpInit& init) {
 }
 
 Result<TpInit> DecodeTpInit(std::span<const std::byte> bytes) {
-  Reader r(bytes.first(std::min<size_t>(bytes.size(), 40)));
-  int32_t v[10];
+  constexpr size_t kHeader = 11 * sizeof(int32_t);
+  Reader r(bytes.first(std::min<size_t>(bytes.size(), kHeader)));
+  int32_t v[11];
   for (int32_t& x : v) {
     if (!r.Get(&x)) return Status::DataLoss("truncated tensor-parallel init message");
   }
   if (v[0] != kStepVersion) {
     return Status::FailedPrecondition("tensor-parallel ranks run different chunkserve versions");
   }
-  if (v[9] < 0 || static_cast<size_t>(v[9]) != bytes.size() - 40) {
+  if (v[10] < 0 || static_cast<size_t>(v[10]) != bytes.size() - kHeader) {
     return Status::DataLoss("bad model path in the tensor-parallel init message");
   }
   TpInit init;
@@ -94,11 +96,13 @@ Result<TpInit> DecodeTpInit(std::span<const std::byte> bytes) {
   init.num_threads = v[6];
   init.op_timeout_ms = v[7];
   init.heartbeat_ms = v[8];
-  init.model_dir.assign(reinterpret_cast<const char*>(bytes.data()) + 40, bytes.size() - 40);
+  init.backend = v[9];
+  init.model_dir.assign(reinterpret_cast<const char*>(bytes.data()) + kHeader,
+                        bytes.size() - kHeader);
   return init;
 }
 
-std::vector<std::byte> EncodeStep(const backend::StepBatch& b) {
+std::vector<std::byte> EncodeStep(const forward::StepBatch& b) {
   Writer w;
   const int32_t T = static_cast<int32_t>(b.tokens.size());
   const kernels::TppPlanView& p = b.decode_plan;
@@ -117,14 +121,14 @@ std::vector<std::byte> EncodeStep(const backend::StepBatch& b) {
   w.Put(b.positions);
   w.Put(b.kv_slot);
   w.Put(b.kv_offset);
-  for (const backend::PrefillSegment& s : b.prefill) {
+  for (const forward::PrefillSegment& s : b.prefill) {
     w.Put(s.token_begin);
     w.Put(s.num_tokens);
     w.Put(static_cast<int32_t>(s.chunk_slots.size()));
     w.Put(s.chunk_slots);
     w.Put(s.chunk_lens);
   }
-  for (const backend::KvCopyOp& c : b.kv_copies) {
+  for (const forward::KvCopyOp& c : b.kv_copies) {
     w.Put(c.src_slot);
     w.Put(c.dst_slot);
     w.Put(c.num_tokens);
@@ -181,7 +185,7 @@ Status DecodeStep(std::span<const std::byte> bytes, DecodedStep* out) {
     if (!r.Get(path, &out->paths_) || !r.Get(path, &out->paths_)) {
       return Malformed("truncated chunk path");
     }
-    backend::PrefillSegment seg;
+    forward::PrefillSegment seg;
     seg.token_begin = begin;
     seg.num_tokens = count;
     out->segments_.push_back(seg);
@@ -194,7 +198,7 @@ Status DecodeStep(std::span<const std::byte> bytes, DecodedStep* out) {
         all.subspan(ranges[i].first + ranges[i].second, ranges[i].second);
   }
   for (int32_t i = 0; i < num_copies; ++i) {
-    backend::KvCopyOp c;
+    forward::KvCopyOp c;
     if (!r.Get(&c.src_slot) || !r.Get(&c.dst_slot) || !r.Get(&c.num_tokens)) {
       return Malformed("truncated KV copies");
     }
@@ -230,8 +234,8 @@ Status DecodeStep(std::span<const std::byte> bytes, DecodedStep* out) {
     }
   }
   if (!r.done()) return Malformed("trailing bytes");
-  backend::StepBatch& b = out->batch_;
-  b = backend::StepBatch{};
+  forward::StepBatch& b = out->batch_;
+  b = forward::StepBatch{};
   b.tokens = out->tokens_;
   b.positions = out->positions_;
   b.kv_slot = out->kv_slot_;

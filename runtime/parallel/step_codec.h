@@ -8,8 +8,9 @@
 // first, then each array in a fixed order; logit rows are not sent (only rank 0 samples). A
 // decode step of b sequences over p private and s shared chunks is about 4 * (5b + 3p + 6s + 20)
 // bytes. Decoding checks every count against the bytes present (DataLoss otherwise) and the
-// structural invariants the backend relies on for memory safety are re-checked by its
-// ValidateBatch; plan contents are trusted, as they come from rank 0 of the same group.
+// structural invariants the backends rely on for memory safety are re-checked by
+// forward::ValidateStepBatch; plan contents are trusted, as they come from rank 0 of the same
+// group.
 #ifndef CHUNKSERVE_RUNTIME_PARALLEL_STEP_CODEC_H_
 #define CHUNKSERVE_RUNTIME_PARALLEL_STEP_CODEC_H_
 
@@ -18,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/backend/backend.h"
 #include "runtime/base/status.h"
+#include "runtime/forward/step.h"
 
 namespace chunkserve::parallel {
 
@@ -37,29 +38,30 @@ struct TpInit {
   int32_t num_slots = 0;
   int32_t chunk_size = 0;
   int32_t kv_dtype = 0;     // kernels::DType
-  int32_t num_threads = 0;  // per rank
+  int32_t num_threads = 0;  // per rank (CPU backend)
   int32_t op_timeout_ms = 0;
   int32_t heartbeat_ms = 0;
+  int32_t backend = 0;  // forward::BackendKind; CUDA ranks use device `rank`
 };
 
 std::vector<std::byte> EncodeTpInit(const TpInit& init);
 Result<TpInit> DecodeTpInit(std::span<const std::byte> bytes);
 
-std::vector<std::byte> EncodeStep(const backend::StepBatch& batch);
+std::vector<std::byte> EncodeStep(const forward::StepBatch& batch);
 
 // A decoded step owns its arrays; batch() views them (valid while the DecodedStep lives and is
 // not moved).
 class DecodedStep {
  public:
-  const backend::StepBatch& batch() const { return batch_; }
+  const forward::StepBatch& batch() const { return batch_; }
 
  private:
   friend Status DecodeStep(std::span<const std::byte> bytes, DecodedStep* out);
   std::vector<int32_t> tokens_, positions_, kv_slot_, kv_offset_, paths_;
-  std::vector<backend::PrefillSegment> segments_;
-  std::vector<backend::KvCopyOp> copies_;
+  std::vector<forward::PrefillSegment> segments_;
+  std::vector<forward::KvCopyOp> copies_;
   std::vector<int32_t> plan_;  // every plan array, concatenated
-  backend::StepBatch batch_;
+  forward::StepBatch batch_;
 };
 
 // Decodes into *out (reusing its capacity); DataLoss on malformed bytes.

@@ -1,4 +1,4 @@
-#include "runtime/parallel/tp_backend.h"
+#include "runtime/parallel/tp_runner.h"
 
 #include <cstring>
 #include <string>
@@ -69,14 +69,13 @@ Status ReceiveMessage(Communicator* comm, std::chrono::milliseconds first_timeou
   return Broadcast(comm, out->payload, timeout);
 }
 
-backend::CpuBackendOptions ShardOptions(const backend::CpuBackendOptions& base, Communicator* comm,
-                                        std::chrono::milliseconds op_timeout) {
-  backend::CpuBackendOptions o = base;
-  o.tp_rank = comm->rank();
-  o.tp_size = comm->size();
-  o.all_reduce = [comm, op_timeout](std::span<float> data) {
-    return comm->AllReduceSum(data, Deadline::After(op_timeout));
-  };
+forward::TensorParallel ShardGroup(Communicator* comm, std::chrono::milliseconds op_timeout) {
+  return {.rank = comm->rank(), .size = comm->size(), .comm = comm, .op_timeout = op_timeout};
+}
+
+// Rank r of a CUDA group runs on device r.
+forward::RunnerOptions RankOptions(forward::RunnerOptions o, int32_t rank) {
+  if (o.backend == forward::BackendKind::kCuda) o.cuda_device = rank;
   return o;
 }
 
@@ -89,8 +88,8 @@ Result<int32_t> CountFailures(Communicator* comm, bool failed, std::chrono::mill
 
 }  // namespace
 
-Result<std::unique_ptr<TpLeaderBackend>> TpLeaderBackend::Create(
-    const model::LoadedModel& model, const backend::CpuBackendOptions& options, Communicator* comm,
+Result<std::unique_ptr<TpLeaderRunner>> TpLeaderRunner::Create(
+    const model::LoadedModel& model, const forward::RunnerOptions& options, Communicator* comm,
     const TpOptions& tp_options) {
   if (comm == nullptr || comm->rank() != 0) {
     return Status::InvalidArgument("the tensor-parallel leader must be rank 0 of its group");
@@ -101,7 +100,7 @@ Result<std::unique_ptr<TpLeaderBackend>> TpLeaderBackend::Create(
   // Checked before the followers are involved, so a model that does not split fails with a
   // clear message on every rank (the followers get it through the init status).
   const Status valid = model::ValidateTensorParallel(model.config(), comm->size());
-  std::unique_ptr<TpLeaderBackend> b(new TpLeaderBackend(comm, tp_options));
+  std::unique_ptr<TpLeaderRunner> b(new TpLeaderRunner(comm, tp_options));
   TpInit init;
   init.model_dir = std::filesystem::absolute(model.dir()).string();
   init.model_fingerprint = model.fingerprint();
@@ -111,13 +110,14 @@ Result<std::unique_ptr<TpLeaderBackend>> TpLeaderBackend::Create(
   init.num_threads = options.num_threads;
   init.op_timeout_ms = static_cast<int32_t>(tp_options.op_timeout.count());
   init.heartbeat_ms = static_cast<int32_t>(tp_options.heartbeat_interval.count());
+  init.backend = static_cast<int32_t>(options.backend);
   std::vector<std::byte> frame;
   CHUNKSERVE_RETURN_IF_ERROR(
       SendMessage(comm, TpMessageKind::kInit, EncodeTpInit(init), tp_options.op_timeout, &frame));
   Status local = valid;
   if (local.ok()) {
-    Result<std::unique_ptr<backend::CpuBackend>> shard =
-        backend::CpuBackend::Create(model, ShardOptions(options, comm, tp_options.op_timeout));
+    Result<std::unique_ptr<forward::LlamaModel>> shard = forward::CreateLlamaModel(
+        model, RankOptions(options, 0), ShardGroup(comm, tp_options.op_timeout));
     if (shard.ok()) {
       b->local_ = std::move(shard).value();
     } else {
@@ -149,7 +149,7 @@ Result<std::unique_ptr<TpLeaderBackend>> TpLeaderBackend::Create(
   return b;
 }
 
-TpLeaderBackend::~TpLeaderBackend() {
+TpLeaderRunner::~TpLeaderRunner() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -164,25 +164,36 @@ TpLeaderBackend::~TpLeaderBackend() {
   }
 }
 
-Status TpLeaderBackend::SendLocked(TpMessageKind kind, std::span<const std::byte> payload) {
+Status TpLeaderRunner::SendLocked(TpMessageKind kind, std::span<const std::byte> payload) {
   std::vector<std::byte> frame;
   return SendMessage(comm_, kind, payload, options_.op_timeout, &frame);
 }
 
-Status TpLeaderBackend::Forward(const backend::StepBatch& batch, std::span<float> logits) {
+template <typename Run>
+Status TpLeaderRunner::Step(const forward::StepBatch& batch, Run&& local) {
   std::lock_guard<std::mutex> lock(mu_);
   CHUNKSERVE_RETURN_IF_ERROR(health());
   Status s = SendLocked(TpMessageKind::kStep, EncodeStep(batch));
-  if (s.ok()) s = local_->Forward(batch, logits);
+  if (s.ok()) s = local();
   last_op_ = Clock::now();
   if (s.ok()) return s;
-  // A malformed batch is caught by the local ValidateBatch on every rank alike, but the group
-  // cannot tell that from a partial failure: it is broken either way.
+  // A malformed batch is caught by ValidateStepBatch on every rank alike, but the group cannot
+  // tell that from a partial failure: it is broken either way.
   Fail(Status(s.code(), "tensor-parallel step failed: " + std::string(s.message())));
   return health();
 }
 
-void TpLeaderBackend::HeartbeatLoop() {
+Status TpLeaderRunner::Forward(const forward::StepBatch& batch, std::span<float> logits) {
+  return Step(batch, [&] { return local_->Forward(batch, logits); });
+}
+
+Status TpLeaderRunner::ForwardSample(const forward::StepBatch& batch,
+                                     std::span<const backend::SampleRow> rows,
+                                     std::span<TokenId> tokens) {
+  return Step(batch, [&] { return local_->ForwardSample(batch, rows, tokens); });
+}
+
+void TpLeaderRunner::HeartbeatLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     stop_cv_.wait_for(lock, options_.heartbeat_interval);
@@ -199,7 +210,7 @@ void TpLeaderBackend::HeartbeatLoop() {
   }
 }
 
-void TpLeaderBackend::Fail(const Status& reason) {
+void TpLeaderRunner::Fail(const Status& reason) {
   std::function<void(const Status&)> callback;
   Status first;
   {
@@ -219,7 +230,7 @@ void TpLeaderBackend::Fail(const Status& reason) {
   if (callback) callback(first);
 }
 
-void TpLeaderBackend::SetFailureCallback(std::function<void(const Status&)> callback) {
+void TpLeaderRunner::SetFailureCallback(std::function<void(const Status&)> callback) {
   Status already;
   {
     std::lock_guard<std::mutex> lock(fail_mu_);
@@ -232,7 +243,7 @@ void TpLeaderBackend::SetFailureCallback(std::function<void(const Status&)> call
   if (!already.ok()) callback(already);
 }
 
-Status TpLeaderBackend::health() const {
+Status TpLeaderRunner::health() const {
   std::lock_guard<std::mutex> lock(fail_mu_);
   return failed_;
 }
@@ -256,7 +267,7 @@ Status RunTpFollower(Communicator* comm, std::chrono::milliseconds init_timeout)
   const auto idle_timeout = op_timeout + std::chrono::milliseconds(std::max(1, init.heartbeat_ms));
 
   // Build the shard; every failure is reported to the group before returning it.
-  std::unique_ptr<backend::CpuBackend> local;
+  std::unique_ptr<forward::LlamaModel> local;
   Result<model::LoadedModel> model = model::LoadedModel::Load(init.model_dir);
   Status built = model.status();
   if (built.ok() && model.value().fingerprint() != init.model_fingerprint) {
@@ -264,12 +275,13 @@ Status RunTpFollower(Communicator* comm, std::chrono::milliseconds init_timeout)
                                        init.model_dir + " with another fingerprint than rank 0");
   }
   if (built.ok()) {
-    const backend::CpuBackendOptions base{.num_threads = init.num_threads,
-                                          .num_slots = init.num_slots,
-                                          .chunk_size = init.chunk_size,
-                                          .kv_dtype = static_cast<kernels::DType>(init.kv_dtype)};
-    Result<std::unique_ptr<backend::CpuBackend>> shard =
-        backend::CpuBackend::Create(model.value(), ShardOptions(base, comm, op_timeout));
+    const forward::RunnerOptions base{.backend = static_cast<forward::BackendKind>(init.backend),
+                                      .num_threads = init.num_threads,
+                                      .num_slots = init.num_slots,
+                                      .chunk_size = init.chunk_size,
+                                      .kv_dtype = static_cast<kernels::DType>(init.kv_dtype)};
+    Result<std::unique_ptr<forward::LlamaModel>> shard = forward::CreateLlamaModel(
+        model.value(), RankOptions(base, comm->rank()), ShardGroup(comm, op_timeout));
     built = shard.status();
     if (shard.ok()) local = std::move(shard).value();
   }

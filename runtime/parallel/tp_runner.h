@@ -1,12 +1,15 @@
-// Tensor-parallel execution behind the Backend interface (DESIGN.md section 6).
+// Tensor-parallel execution behind the StepRunner interface.
 //
-// Rank 0 (the leader) runs the engine: scheduler, prefix tree and sampling. Its backend is a
-// TpLeaderBackend: each Forward broadcasts the step's descriptor (step_codec.h) to the group,
-// then runs rank 0's shard of the model (a CpuBackend with tp_rank 0), whose all-reduces after
-// the o and down projections meet the followers' in the same order. Ranks 1..T-1 run
-// RunTpFollower: receive a descriptor, run their shard, repeat. Every rank computes the same
-// hidden states (the all-reduce hands all ranks the same sums); only rank 0 runs the LM head, on
-// rows the followers are never told about, so nothing but the all-reduces crosses ranks.
+// Rank 0 (the leader) runs the engine: scheduler, prefix tree and sampling. Its runner is a
+// TpLeaderRunner: each step broadcasts the step's descriptor (step_codec.h) to the group, then
+// runs rank 0's shard of the model (forward::LlamaModel with tp rank 0, on the CPU or CUDA
+// backend), whose all-reduces after the o and down projections meet the followers' in the same
+// order. Ranks 1..T-1 run RunTpFollower: receive a descriptor, run their shard, repeat. The model
+// definition is the same on every rank and backend (forward/llama.h): every rank computes the
+// same hidden states (the all-reduce hands all ranks the same sums); only rank 0 runs the LM head
+// and samples, on rows the followers are never told about, so nothing but the all-reduces
+// crosses ranks. CPU ranks reduce host memory over Gloo; CUDA ranks (rank r on device r) reduce
+// device memory over NCCL on their backend's stream.
 //
 // Wire of one step: one broadcast of a fixed 4 KiB frame (header + the descriptor when it fits;
 // a second broadcast carries larger descriptors), then 2 all-reduces of [tokens, hidden] fp32 per
@@ -21,10 +24,10 @@
 // failure (Unavailable, naming the cause) from then on, so the engine ends every request with an
 // error, and the failure callback runs once so the owner can report itself unavailable and exit.
 //
-// Thread safety: Backend's contract for Forward (the engine's step thread); Fail and
-// SetFailureCallback from any thread.
-#ifndef CHUNKSERVE_RUNTIME_PARALLEL_TP_BACKEND_H_
-#define CHUNKSERVE_RUNTIME_PARALLEL_TP_BACKEND_H_
+// Thread safety: StepRunner's contract for Forward and ForwardSample (the engine's step thread);
+// Fail and SetFailureCallback from any thread.
+#ifndef CHUNKSERVE_RUNTIME_PARALLEL_TP_RUNNER_H_
+#define CHUNKSERVE_RUNTIME_PARALLEL_TP_RUNNER_H_
 
 #include <atomic>
 #include <chrono>
@@ -34,8 +37,8 @@
 #include <mutex>
 #include <thread>
 
-#include "runtime/backend/backend.h"
-#include "runtime/backend/cpu_backend.h"
+#include "runtime/forward/llama.h"
+#include "runtime/forward/step_runner.h"
 #include "runtime/model/model.h"
 #include "runtime/parallel/communicator.h"
 #include "runtime/parallel/step_codec.h"
@@ -47,24 +50,28 @@ struct TpOptions {
   std::chrono::milliseconds heartbeat_interval{1000};  // leader -> followers while idle
 };
 
-class TpLeaderBackend final : public backend::Backend {
+class TpLeaderRunner final : public forward::StepRunner {
  public:
-  // Rank 0 of `comm` (borrowed; must outlive the backend). Sends the followers the init message
-  // (model directory, fingerprint, slots, chunk size, KV dtype, threads, timeouts), builds rank
-  // 0's shard, and waits until every rank reports its shard built (a one-float all-reduce of
-  // failures). InvalidArgument when the model does not split into comm->size() ranks;
-  // Unavailable when a follower fails or the group breaks.
-  static Result<std::unique_ptr<TpLeaderBackend>> Create(const model::LoadedModel& model,
-                                                         const backend::CpuBackendOptions& options,
-                                                         Communicator* comm,
-                                                         const TpOptions& tp_options);
+  // Rank 0 of `comm` (borrowed; must outlive the runner). Sends the followers the init message
+  // (model directory, fingerprint, backend, slots, chunk size, KV dtype, threads, timeouts),
+  // builds rank 0's shard (on device 0 for CUDA), and waits until every rank reports its shard
+  // built (a one-float all-reduce of failures). InvalidArgument when the model does not split
+  // into comm->size() ranks; Unavailable when a follower fails or the group breaks.
+  static Result<std::unique_ptr<TpLeaderRunner>> Create(const model::LoadedModel& model,
+                                                        const forward::RunnerOptions& options,
+                                                        Communicator* comm,
+                                                        const TpOptions& tp_options);
   // Stops the heartbeat and, when the group is healthy, tells the followers to exit.
-  ~TpLeaderBackend() override;
+  ~TpLeaderRunner() override;
 
-  std::string name() const override { return "cpu-tp" + std::to_string(comm_->size()); }
+  std::string name() const override {
+    return local_->name() + "-tp" + std::to_string(comm_->size());
+  }
   const backend::KvArenaShape& kv_shape() const override { return local_->kv_shape(); }
   int32_t vocab_size() const override { return local_->vocab_size(); }
-  Status Forward(const backend::StepBatch& batch, std::span<float> logits) override;
+  Status Forward(const forward::StepBatch& batch, std::span<float> logits) override;
+  Status ForwardSample(const forward::StepBatch& batch, std::span<const backend::SampleRow> rows,
+                       std::span<TokenId> tokens) override;
 
   // Marks the group failed (first reason wins), aborts the communicator and runs the callback.
   void Fail(const Status& reason);
@@ -73,13 +80,16 @@ class TpLeaderBackend final : public backend::Backend {
   Status health() const;
 
  private:
-  TpLeaderBackend(Communicator* comm, const TpOptions& options) : comm_(comm), options_(options) {}
+  TpLeaderRunner(Communicator* comm, const TpOptions& options) : comm_(comm), options_(options) {}
   Status SendLocked(TpMessageKind kind, std::span<const std::byte> payload);
+  // Sends the step, then runs `local` (this rank's shard); a failure breaks the group.
+  template <typename Run>
+  Status Step(const forward::StepBatch& batch, Run&& local);
   void HeartbeatLoop();
 
   Communicator* comm_;
   const TpOptions options_;
-  std::unique_ptr<backend::CpuBackend> local_;
+  std::unique_ptr<forward::LlamaModel> local_;
   bool serving_ = false;  // Create succeeded
 
   std::mutex mu_;  // one group operation (step or heartbeat) at a time
@@ -103,4 +113,4 @@ Status RunTpFollower(Communicator* comm, std::chrono::milliseconds init_timeout)
 
 }  // namespace chunkserve::parallel
 
-#endif  // CHUNKSERVE_RUNTIME_PARALLEL_TP_BACKEND_H_
+#endif  // CHUNKSERVE_RUNTIME_PARALLEL_TP_RUNNER_H_

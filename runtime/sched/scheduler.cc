@@ -9,8 +9,8 @@
 namespace chunkserve::sched {
 
 Scheduler::Scheduler(const SchedulerOptions& options, kv::PrefixTree* tree,
-                     backend::Backend* backend, FinishHook on_finish)
-    : options_(options), tree_(tree), backend_(backend), on_finish_(std::move(on_finish)) {}
+                     forward::StepRunner* runner, FinishHook on_finish)
+    : options_(options), tree_(tree), runner_(runner), on_finish_(std::move(on_finish)) {}
 
 int32_t Scheduler::SlotsFor(int32_t tokens) const {
   const int32_t c = tree_->chunk_size();
@@ -225,13 +225,13 @@ Status Scheduler::Step(Clock::time_point now) {
     // forward would otherwise leave a retained chunk whose K/V were never copied.
     copy_ops_.clear();
     for (const kv::KvCopy& c : pending_copies_) {
-      copy_ops_.push_back({static_cast<int32_t>(c.src.value()), static_cast<int32_t>(c.dst.value()),
-                           c.num_tokens});
+      copy_ops_.push_back(
+          {static_cast<int32_t>(c.src.value()), static_cast<int32_t>(c.dst.value()), c.num_tokens});
     }
     pending_copies_.clear();
-    backend::StepBatch copies_only;
+    forward::StepBatch copies_only;
     copies_only.kv_copies = copy_ops_;
-    CHUNKSERVE_RETURN_IF_ERROR(backend_->Forward(copies_only, {}));
+    CHUNKSERVE_RETURN_IF_ERROR(runner_->Forward(copies_only, {}));
   }
   if (running_.empty()) return Status::Ok();
 
@@ -281,7 +281,7 @@ Status Scheduler::Step(Clock::time_point now) {
   std::vector<std::pair<size_t, size_t>> path_ranges;
   for (size_t k = 0; k < prefill.size(); ++k) {
     Live* r = prefill[k];
-    backend::PrefillSegment seg;
+    forward::PrefillSegment seg;
     seg.token_begin = static_cast<int32_t>(step_tokens_.size());
     seg.num_tokens = take[k];
     const int32_t first_write = append_.write_indptr[r->append_index];
@@ -300,18 +300,18 @@ Status Scheduler::Step(Clock::time_point now) {
     segments_.push_back(seg);
   }
   for (size_t k = 0; k < segments_.size(); ++k) {  // spans only once the vectors stopped growing
-    segments_[k].chunk_slots = std::span<const int32_t>(path_slots_).subspan(
-        path_ranges[k].first, path_ranges[k].second);
-    segments_[k].chunk_lens = std::span<const int32_t>(path_lens_).subspan(
-        path_ranges[k].first, path_ranges[k].second);
+    segments_[k].chunk_slots =
+        std::span<const int32_t>(path_slots_).subspan(path_ranges[k].first, path_ranges[k].second);
+    segments_[k].chunk_lens =
+        std::span<const int32_t>(path_lens_).subspan(path_ranges[k].first, path_ranges[k].second);
   }
   copy_ops_.clear();
   for (const kv::KvCopy& c : append_.copies) {
-    copy_ops_.push_back({static_cast<int32_t>(c.src.value()), static_cast<int32_t>(c.dst.value()),
-                         c.num_tokens});
+    copy_ops_.push_back(
+        {static_cast<int32_t>(c.src.value()), static_cast<int32_t>(c.dst.value()), c.num_tokens});
   }
 
-  backend::StepBatch batch;
+  forward::StepBatch batch;
   batch.tokens = step_tokens_;
   batch.positions = step_pos_;
   batch.kv_slot = step_slot_;
@@ -321,9 +321,18 @@ Status Scheduler::Step(Clock::time_point now) {
   batch.prefill = segments_;
   batch.logit_rows = logit_rows_;
   batch.kv_copies = copy_ops_;
-  const int32_t vocab = backend_->vocab_size();
-  logits_.resize(logit_rows_.size() * static_cast<size_t>(vocab));
-  CHUNKSERVE_RETURN_IF_ERROR(backend_->Forward(batch, logits_));
+  // One draw per non-greedy token, on the host, in logit-row order: the tokens depend on the
+  // seeds and the logits only, whichever backend samples.
+  sample_rows_.clear();
+  for (Live* r : logit_owner_) {
+    const SamplingParams& p = r->sampler.params();
+    sample_rows_.push_back({.temperature = p.temperature,
+                            .top_k = p.top_k,
+                            .top_p = p.top_p,
+                            .uniform = r->sampler.Draw()});
+  }
+  sampled_.resize(logit_owner_.size());
+  CHUNKSERVE_RETURN_IF_ERROR(runner_->ForwardSample(batch, sample_rows_, sampled_));
 
   ++counters_.steps;
   counters_.last_batch_tokens = static_cast<int32_t>(step_tokens_.size());
@@ -337,8 +346,7 @@ Status Scheduler::Step(Clock::time_point now) {
 
   for (size_t k = 0; k < logit_owner_.size(); ++k) {
     Live* r = logit_owner_[k];
-    const TokenId t =
-        r->sampler.Sample(std::span<const float>(logits_.data() + k * vocab, vocab));
+    const TokenId t = sampled_[k];
     r->tokens.push_back(t);
     r->req.stream->PushToken(t, r->generated);
     ++r->generated;

@@ -13,10 +13,13 @@
 //     spent (chunked prefill, so a long prompt never stalls decoding);
 //  4. appends those tokens to the tree; when slots run out the tree has already evicted retained
 //     chunks, and the scheduler preempts by recompute (lowest priority, latest arrival first): the
-//     victim's sequence is released (its chunks stay retained, so re-admission usually finds most of
-//     them again) and it goes back to the queue with prompt plus generated tokens as its context;
-//  5. builds or updates the TPP plan for the decode rows, runs the backend, samples, streams tokens
-//     and ends requests on a stop token, max_new_tokens or a full context.
+//     victim's sequence is released (its chunks stay retained, so re-admission usually finds most
+//     of them again) and it goes back to the queue with prompt plus generated tokens as its
+//     context;
+//  5. builds or updates the TPP plan for the decode rows, runs the step on the runner, which
+//     samples next to the logits (each request's Sampler draws the uniform on the host, so the
+//     tokens do not depend on the backend), streams tokens and ends requests on a stop token,
+//     max_new_tokens or a full context.
 //
 // Duplicate prefills are avoided: a waiting request whose prompt shares at least one more chunk
 // with a sequence that is still prefilling than the cache holds now is deferred until that prefill
@@ -34,6 +37,7 @@
 
 #include "runtime/backend/backend.h"
 #include "runtime/base/status.h"
+#include "runtime/forward/step_runner.h"
 #include "runtime/kvcache/prefix_tree.h"
 #include "runtime/plan/tpp_plan.h"
 #include "runtime/sched/request.h"
@@ -46,7 +50,7 @@ struct SchedulerOptions {
   int32_t max_batch_size = 64;
   int32_t token_budget = 512;  // tokens per step, decode included; 0 = unlimited
   bool prefix_sharing = true;
-  int32_t max_context = 0;     // the model's context length; sequences stop there (kLength)
+  int32_t max_context = 0;  // the model's context length; sequences stop there (kLength)
 };
 
 // Counters the engine exports (cumulative unless noted).
@@ -77,13 +81,13 @@ class Scheduler {
   // Called once per finished request, after its terminal event was pushed.
   using FinishHook = std::function<void(RequestId)>;
 
-  // Borrows tree and backend, which must outlive the scheduler.
-  Scheduler(const SchedulerOptions& options, kv::PrefixTree* tree, backend::Backend* backend,
+  // Borrows tree and runner, which must outlive the scheduler.
+  Scheduler(const SchedulerOptions& options, kv::PrefixTree* tree, forward::StepRunner* runner,
             FinishHook on_finish);
 
   void Add(Request request);
 
-  // One iteration. Returns the backend's error when the forward pass fails; the caller then ends
+  // One iteration. Returns the runner's error when the forward pass fails; the caller then ends
   // every request (AbortAll) since the KV written this step is unknown.
   Status Step(Clock::time_point now);
 
@@ -111,13 +115,13 @@ class Scheduler {
     std::vector<TokenId> tokens;  // prompt, then generated tokens
     int32_t num_prompt = 0;
     int32_t generated = 0;
-    SeqId seq;                    // valid while running
-    int32_t computed = 0;         // leading tokens whose K/V are in the tree (== the path length)
-    int32_t cached_tokens = -1;   // prompt tokens found cached at first admission
-    double queue_seconds = -1;    // submission -> first admission; negative until admitted
+    SeqId seq;                   // valid while running
+    int32_t computed = 0;        // leading tokens whose K/V are in the tree (== the path length)
+    int32_t cached_tokens = -1;  // prompt tokens found cached at first admission
+    double queue_seconds = -1;   // submission -> first admission; negative until admitted
     bool running = false;
     bool finished = false;
-    int32_t append_index = -1;    // this step's entry in the Append batch
+    int32_t append_index = -1;  // this step's entry in the Append batch
 
     bool decoding() const { return computed == static_cast<int32_t>(tokens.size()) - 1; }
   };
@@ -134,7 +138,7 @@ class Scheduler {
 
   const SchedulerOptions options_;
   kv::PrefixTree* tree_;
-  backend::Backend* backend_;
+  forward::StepRunner* runner_;
   FinishHook on_finish_;
   SchedulerCounters counters_;
 
@@ -148,15 +152,16 @@ class Scheduler {
   kv::AppendResult append_;
   std::vector<kv::SeqTokens> append_batch_;
   std::vector<kv::KvCopy> pending_copies_;
-  std::vector<backend::KvCopyOp> copy_ops_;
+  std::vector<forward::KvCopyOp> copy_ops_;
   std::vector<SeqId> decode_seqs_;
   std::vector<TokenId> step_tokens_;
   std::vector<int32_t> step_pos_, step_slot_, step_offset_, logit_rows_;
   std::vector<Live*> logit_owner_;
   std::vector<Live*> row_owner_;  // decode rows in plan order
-  std::vector<backend::PrefillSegment> segments_;
+  std::vector<forward::PrefillSegment> segments_;
   std::vector<int32_t> path_slots_, path_lens_;
-  std::vector<float> logits_;
+  std::vector<backend::SampleRow> sample_rows_;
+  std::vector<TokenId> sampled_;
 };
 
 }  // namespace chunkserve::sched

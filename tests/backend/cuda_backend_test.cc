@@ -1,27 +1,34 @@
-// CudaBackend against CpuBackend on the same tiny model and the same steps (GPU; skips without a
-// device): a full prefill, a prefill over a prefix cached by another sequence (shared chunks plus
-// a copied partial chunk), and decode steps whose TPP plan has shared chunks, for f16 and bf16;
-// then the Engine on the CUDA backend, with and without prefix sharing.
+// The model definition on the CUDA backend against the same definition on the CPU backend, same
+// tiny model, same steps (GPU; skips without a device): a full prefill, a prefill over a prefix
+// cached by another sequence (shared chunks plus a copied partial chunk), and decode steps whose
+// TPP plan has shared chunks, for f16 and bf16; the two backends' samplers on the same logits and
+// draws (identical tokens, device fallback rows included); then the Engine on the CUDA backend,
+// with and without prefix sharing.
 //
-// Tolerances. The CPU backend (fp32 KV, fp32 weights and residual) is the reference. The CUDA
-// backend rounds weights, activations, the residual stream and K/V to 16 bits (accumulating in
-// fp32), so its logits differ by that rounding compounded over 2 layers: logits here are O(1)
-// (max |logit| is printed, ~3-5), and we allow 3e-2 absolute for f16 (2^-11 relative rounding) and
-// 1.5e-1 for bf16 (2^-8). Greedy tokens must agree wherever the CPU's top-2 margin exceeds twice
-// the tolerance (a smaller margin can legitimately flip under that rounding).
+// Tolerances. The CPU backend (fp32 KV, weights and activations) is the reference. The CUDA
+// backend rounds weights, GEMM and attention activations and K/V to 16 bits (its residual stream
+// and every accumulation are fp32), so its logits differ by that rounding compounded over 2
+// layers: logits here are O(1) (max |logit| is printed, ~3-5), and we allow 3e-2 absolute for f16
+// (2^-11 relative rounding) and 1.5e-1 for bf16 (2^-8). Greedy tokens must agree wherever the
+// CPU's top-2 margin exceeds twice the tolerance (a smaller margin can legitimately flip under
+// that rounding).
 #include "runtime/backend/cuda_backend.h"
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "runtime/backend/cpu_backend.h"
 #include "runtime/engine/engine.h"
+#include "runtime/forward/llama.h"
 #include "runtime/kvcache/prefix_tree.h"
 #include "runtime/model/tiny_model.h"
 #include "runtime/plan/tpp_plan.h"
+#include "runtime/sched/sampler.h"
 #include "tests/testing/gpu.h"
 #include "tests/testing/random.h"
 #include "tests/testing/status_matchers.h"
@@ -31,6 +38,9 @@ namespace chunkserve::backend {
 namespace {
 
 using namespace std::chrono_literals;
+using forward::KvCopyOp;
+using forward::PrefillSegment;
+using forward::StepBatch;
 
 constexpr int32_t kVocab = 256;
 constexpr int32_t kChunk = 16;
@@ -67,13 +77,17 @@ class CudaBackendTest : public testing::GpuTest, public ::testing::WithParamInte
     ASSERT_OK(model::WriteTinyModel(dir_.path(), GpuTinyModel()));
     ASSERT_OK_AND_ASSIGN(model::LoadedModel m, model::LoadedModel::Load(dir_.path()));
     model_ = std::make_unique<model::LoadedModel>(std::move(m));
-    ASSERT_OK_AND_ASSIGN(cpu_, CpuBackend::Create(*model_, {.num_threads = 2,
-                                                            .num_slots = kSlots,
-                                                            .chunk_size = kChunk,
-                                                            .kv_dtype = kernels::DType::kF32}));
-    ASSERT_OK_AND_ASSIGN(cuda_, CudaBackend::Create(*model_, {.num_slots = kSlots,
-                                                              .chunk_size = kChunk,
-                                                              .kv_dtype = GetParam().dtype}));
+    ASSERT_OK_AND_ASSIGN(cpu_,
+                         forward::CreateLlamaModel(*model_, {.backend = forward::BackendKind::kCpu,
+                                                             .num_threads = 2,
+                                                             .num_slots = kSlots,
+                                                             .chunk_size = kChunk,
+                                                             .kv_dtype = kernels::DType::kF32}));
+    ASSERT_OK_AND_ASSIGN(cuda_,
+                         forward::CreateLlamaModel(*model_, {.backend = forward::BackendKind::kCuda,
+                                                             .num_slots = kSlots,
+                                                             .chunk_size = kChunk,
+                                                             .kv_dtype = GetParam().dtype}));
     ASSERT_OK_AND_ASSIGN(kv::PrefixTree tree,
                          kv::PrefixTree::Create({.chunk_size = kChunk, .num_slots = kSlots}));
     tree_ = std::make_unique<kv::PrefixTree>(std::move(tree));
@@ -146,8 +160,8 @@ class CudaBackendTest : public testing::GpuTest, public ::testing::WithParamInte
 
   testing::TempDir dir_;
   std::unique_ptr<model::LoadedModel> model_;
-  std::unique_ptr<CpuBackend> cpu_;
-  std::unique_ptr<CudaBackend> cuda_;
+  std::unique_ptr<forward::LlamaModel> cpu_;
+  std::unique_ptr<forward::LlamaModel> cuda_;
   std::unique_ptr<kv::PrefixTree> tree_;
   double worst_ = 0, max_logit_ = 0;
   int greedy_checked_ = 0;
@@ -246,6 +260,100 @@ INSTANTIATE_TEST_SUITE_P(KvDtypes, CudaBackendTest,
                                            DtypeCase{"bf16", kernels::DType::kBF16, 1.5e-1}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// The two backends' samplers on the same logits and draws: identical tokens, for greedy rows,
+// top-k / top-p rows the device sorts, and rows with more than 1024 candidates (sampled on the
+// host from the device's logits row). The draws come from the engine's per-request Sampler, so
+// this is the engine's path: a seeded request gets the same tokens on either backend.
+class BackendSamplerTest : public testing::GpuTest {};
+
+TEST_F(BackendSamplerTest, CpuAndCudaPickTheSameTokens) {
+  testing::Random rng(testing::TestSeed());
+  ASSERT_OK_AND_ASSIGN(auto cpu, CpuBackend::Create({.num_threads = 1}));
+  ASSERT_OK_AND_ASSIGN(auto cuda,
+                       CudaBackend::Create({.device = 0, .dtype = kernels::DType::kF16}));
+  constexpr int32_t vocab = 5000;
+  const std::vector<sched::SamplingParams> cases = {
+      {.temperature = 0.0f},                                 // greedy
+      {.temperature = 0.8f, .top_k = 50},                    // device sort
+      {.temperature = 1.2f, .top_k = 200, .top_p = 0.9f},    // device sort + nucleus
+      {.temperature = 1.0f, .top_k = 1},                     // greedy by top_k
+      {.temperature = 0.6f, .top_k = 0, .top_p = 0.95f},     // 5000 candidates: host fallback
+      {.temperature = 1.0f, .top_k = 1024, .top_p = 0.5f}};  // the device's largest top_k
+  std::vector<float> logits;
+  std::vector<SampleRow> rows;
+  std::vector<TokenId> host_path;
+  for (int32_t r = 0; r < 48; ++r) {
+    sched::SamplingParams p = cases[r % cases.size()];
+    p.seed = rng.engine()();
+    std::vector<float> row = rng.Floats(vocab, -5.0f, 5.0f);
+    for (int i = 0; i < 30; ++i) row[rng.Int(0, vocab - 1)] = 7.0f;  // ties at the top
+    if (r % 7 == 0) row[rng.Int(0, vocab - 1)] = std::nanf("");
+    sched::Sampler draw(p);
+    rows.push_back({p.temperature, p.top_k, p.top_p, draw.Draw()});
+    sched::Sampler host(p);
+    host_path.push_back(host.Sample(row));  // the engine's host sampler, same seed
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  const int32_t n = static_cast<int32_t>(rows.size());
+  Tensor on_cpu, on_cuda;
+  ASSERT_OK(cpu->Reserve(&on_cpu, kernels::DType::kF32, static_cast<int64_t>(logits.size())));
+  ASSERT_OK(cuda->Reserve(&on_cuda, kernels::DType::kF32, static_cast<int64_t>(logits.size())));
+  std::memcpy(on_cpu.data, logits.data(), logits.size() * sizeof(float));
+  ASSERT_EQ(cudaMemcpy(on_cuda.data, logits.data(), logits.size() * sizeof(float),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  std::vector<TokenId> a(n, -7), b(n, -7);
+  ASSERT_OK(cpu->Sample(on_cpu, n, vocab, rows, a));
+  ASSERT_OK(cuda->Sample(on_cuda, n, vocab, rows, b));
+  EXPECT_EQ(a, host_path);
+  EXPECT_EQ(b, a);
+  cpu->Release(&on_cpu);
+  cuda->Release(&on_cuda);
+}
+
+// The device path alone, statistically: 8192 rows of the same six logits, each with its own
+// draw, at T = 0.5, top_k 4, top_p 0.9; the kept tokens' frequencies are the renormalized
+// distribution's within 5 standard deviations and the filtered ones never appear.
+TEST_F(BackendSamplerTest, CudaFrequenciesFollowTheRenormalizedDistribution) {
+  ASSERT_OK_AND_ASSIGN(auto cuda,
+                       CudaBackend::Create({.device = 0, .dtype = kernels::DType::kF16}));
+  const std::vector<double> p = {0.30, 0.22, 0.18, 0.12, 0.10, 0.08};
+  // T = 0.5 squares p; top_k 4 keeps 0.09, 0.0484, 0.0324, 0.0144 (total 0.1852); their masses
+  // 0.486, 0.747, 0.922 reach 0.9 at the third token; renormalized over 0.1708.
+  const double want[] = {0.09 / 0.1708, 0.0484 / 0.1708, 0.0324 / 0.1708, 0, 0, 0};
+  constexpr int32_t kRows = 8192, kVocab6 = 6;
+  std::vector<float> logits;
+  std::vector<SampleRow> rows;
+  sched::Sampler draws(
+      {.temperature = 0.5f, .top_k = 4, .top_p = 0.9f, .seed = testing::TestSeed()});
+  for (int32_t r = 0; r < kRows; ++r) {
+    for (double v : p) logits.push_back(static_cast<float>(std::log(v)));
+    rows.push_back({0.5f, 4, 0.9f, draws.Draw()});
+  }
+  Tensor t;
+  ASSERT_OK(cuda->Reserve(&t, kernels::DType::kF32, static_cast<int64_t>(logits.size())));
+  ASSERT_EQ(
+      cudaMemcpy(t.data, logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice),
+      cudaSuccess);
+  std::vector<TokenId> tokens(kRows);
+  ASSERT_OK(cuda->Sample(t, kRows, kVocab6, rows, tokens));
+  std::vector<int> count(kVocab6);
+  for (TokenId tok : tokens) {
+    ASSERT_GE(tok, 0);
+    ASSERT_LT(tok, kVocab6);
+    ++count[tok];
+  }
+  for (int i = 0; i < kVocab6; ++i) {
+    if (want[i] == 0) {
+      EXPECT_EQ(count[i], 0) << "token " << i;
+      continue;
+    }
+    const double sd = std::sqrt(kRows * want[i] * (1 - want[i]));
+    EXPECT_NEAR(count[i], kRows * want[i], 5 * sd) << "token " << i;
+  }
+  cuda->Release(&t);
+}
+
 // The Engine on the CUDA backend: greedy outputs with prefix sharing equal those without (the
 // shared path runs TPP's two-phase decode over shared chunks and the copy-on-write paths).
 class CudaEngineTest : public testing::GpuTest {};
@@ -254,7 +362,8 @@ class CudaEngineTest : public testing::GpuTest {};
 // runs pick different tokens.
 std::vector<float> CpuLastLogits(const model::LoadedModel& m, const std::vector<TokenId>& tokens) {
   const int32_t slots = static_cast<int32_t>(tokens.size()) / kChunk + 2;
-  auto cpu = CpuBackend::Create(m, {.num_threads = 2, .num_slots = slots, .chunk_size = kChunk});
+  auto cpu =
+      forward::CreateLlamaModel(m, {.num_threads = 2, .num_slots = slots, .chunk_size = kChunk});
   auto tree = kv::PrefixTree::Create({.chunk_size = kChunk, .num_slots = slots});
   EXPECT_TRUE(cpu.ok() && tree.ok());
   if (!cpu.ok() || !tree.ok()) return {};

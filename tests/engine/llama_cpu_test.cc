@@ -1,12 +1,11 @@
-// CpuBackend logits against the independent double-precision reference: a full prefill, a
-// prefill over a cached prefix shared with another sequence, and decode steps whose TPP plan has
-// shared chunks, for each KV storage dtype.
-#include "runtime/backend/cpu_backend.h"
-
+// The model definition (forward::LlamaModel) on the CPU backend against the independent
+// double-precision reference: a full prefill, a prefill over a cached prefix shared with another
+// sequence, and decode steps whose TPP plan has shared chunks, for each KV storage dtype.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "runtime/forward/llama.h"
 #include "runtime/kvcache/prefix_tree.h"
 #include "runtime/model/tiny_model.h"
 #include "runtime/plan/tpp_plan.h"
@@ -15,7 +14,7 @@
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
-namespace chunkserve::backend {
+namespace chunkserve::forward {
 namespace {
 
 struct DtypeCase {
@@ -28,7 +27,7 @@ struct DtypeCase {
   double tolerance;
 };
 
-class CpuBackendTest : public ::testing::TestWithParam<DtypeCase> {
+class LlamaCpuTest : public ::testing::TestWithParam<DtypeCase> {
  protected:
   void SetUp() override {
     model::TinyModelOptions o;
@@ -44,10 +43,10 @@ class CpuBackendTest : public ::testing::TestWithParam<DtypeCase> {
     ASSERT_OK_AND_ASSIGN(model::LoadedModel m, model::LoadedModel::Load(dir_.path()));
     model_ = std::make_unique<model::LoadedModel>(std::move(m));
     reference_ = std::make_unique<testing::ReferenceModel>(*model_);
-    ASSERT_OK_AND_ASSIGN(backend_, CpuBackend::Create(*model_, {.num_threads = 2,
-                                                                .num_slots = 64,
-                                                                .chunk_size = 16,
-                                                                .kv_dtype = GetParam().dtype}));
+    ASSERT_OK_AND_ASSIGN(runner_, CreateLlamaModel(*model_, {.num_threads = 2,
+                                                             .num_slots = 64,
+                                                             .chunk_size = 16,
+                                                             .kv_dtype = GetParam().dtype}));
     ASSERT_OK_AND_ASSIGN(kv::PrefixTree tree,
                          kv::PrefixTree::Create({.chunk_size = 16, .num_slots = 64}));
     tree_ = std::make_unique<kv::PrefixTree>(std::move(tree));
@@ -75,8 +74,8 @@ class CpuBackendTest : public ::testing::TestWithParam<DtypeCase> {
     PrefillSegment seg{0, static_cast<int32_t>(tokens.size()), slots, lens};
     std::vector<KvCopyOp> copies;
     for (const auto& c : ar.copies) {
-      copies.push_back({static_cast<int32_t>(c.src.value()), static_cast<int32_t>(c.dst.value()),
-                        c.num_tokens});
+      copies.push_back(
+          {static_cast<int32_t>(c.src.value()), static_cast<int32_t>(c.dst.value()), c.num_tokens});
     }
     StepBatch b;
     b.tokens = tokens;
@@ -87,7 +86,7 @@ class CpuBackendTest : public ::testing::TestWithParam<DtypeCase> {
     b.logit_rows = rows;
     b.kv_copies = copies;
     std::vector<float> logits(rows.size() * 128);
-    EXPECT_OK(backend_->Forward(b, logits));
+    EXPECT_OK(runner_->Forward(b, logits));
     return logits;
   }
 
@@ -102,11 +101,11 @@ class CpuBackendTest : public ::testing::TestWithParam<DtypeCase> {
   testing::TempDir dir_;
   std::unique_ptr<model::LoadedModel> model_;
   std::unique_ptr<testing::ReferenceModel> reference_;
-  std::unique_ptr<CpuBackend> backend_;
+  std::unique_ptr<LlamaModel> runner_;
   std::unique_ptr<kv::PrefixTree> tree_;
 };
 
-TEST_P(CpuBackendTest, PrefillSharedPrefixAndTppDecodeMatchReference) {
+TEST_P(LlamaCpuTest, PrefillSharedPrefixAndTppDecodeMatchReference) {
   testing::Random rng(testing::TestSeed());
   const std::vector<TokenId> a_prompt = rng.Tokens(40, 128);
   std::vector<TokenId> b_prompt(a_prompt.begin(), a_prompt.begin() + 35);
@@ -134,7 +133,7 @@ TEST_P(CpuBackendTest, PrefillSharedPrefixAndTppDecodeMatchReference) {
   }
   StepBatch copies_only;
   copies_only.kv_copies = copy;
-  ASSERT_OK(backend_->Forward(copies_only, {}));
+  ASSERT_OK(runner_->Forward(copies_only, {}));
   const std::span<const TokenId> b_rest(b_prompt.data() + 35, b_prompt.size() - 35);
   const auto b_logits = Prefill(b.seq, b_rest, 35);
   ExpectNear(std::span<const float>(b_logits).subspan((b_rest.size() - 1) * 128, 128),
@@ -168,8 +167,8 @@ TEST_P(CpuBackendTest, PrefillSharedPrefixAndTppDecodeMatchReference) {
     }
     std::vector<KvCopyOp> cow;
     for (const auto& c : ar.copies) {
-      cow.push_back({static_cast<int32_t>(c.src.value()), static_cast<int32_t>(c.dst.value()),
-                     c.num_tokens});
+      cow.push_back(
+          {static_cast<int32_t>(c.src.value()), static_cast<int32_t>(c.dst.value()), c.num_tokens});
     }
     StepBatch batch_in;
     batch_in.tokens = toks;
@@ -181,7 +180,7 @@ TEST_P(CpuBackendTest, PrefillSharedPrefixAndTppDecodeMatchReference) {
     batch_in.logit_rows = rows;
     batch_in.kv_copies = cow;
     std::vector<float> logits(2 * 128);
-    ASSERT_OK(backend_->Forward(batch_in, logits));
+    ASSERT_OK(runner_->Forward(batch_in, logits));
     for (int r = 0; r < 2; ++r) {
       ExpectNear(std::span<const float>(logits).subspan(r * 128, 128),
                  reference_->Logits(*seqs[r]).back(),
@@ -190,7 +189,7 @@ TEST_P(CpuBackendTest, PrefillSharedPrefixAndTppDecodeMatchReference) {
   }
 }
 
-TEST_P(CpuBackendTest, MalformedBatchesAreRejected) {
+TEST_P(LlamaCpuTest, MalformedBatchesAreRejected) {
   const TokenId tok = 1000;  // outside the vocabulary
   const int32_t zero = 0;
   StepBatch b;
@@ -199,19 +198,17 @@ TEST_P(CpuBackendTest, MalformedBatchesAreRejected) {
   b.kv_slot = {&zero, 1};
   b.kv_offset = {&zero, 1};
   std::vector<float> logits(128);
-  EXPECT_THAT(backend_->Forward(b, logits),
-              testing::StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(runner_->Forward(b, logits), testing::StatusIs(StatusCode::kInvalidArgument));
   const TokenId ok_tok = 1;
   b.tokens = {&ok_tok, 1};  // no segment covers the row
-  EXPECT_THAT(backend_->Forward(b, logits),
-              testing::StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(runner_->Forward(b, logits), testing::StatusIs(StatusCode::kInvalidArgument));
 }
 
-INSTANTIATE_TEST_SUITE_P(KvDtypes, CpuBackendTest,
+INSTANTIATE_TEST_SUITE_P(KvDtypes, LlamaCpuTest,
                          ::testing::Values(DtypeCase{"f32", kernels::DType::kF32, 2e-3},
                                            DtypeCase{"f16", kernels::DType::kF16, 2e-2},
                                            DtypeCase{"bf16", kernels::DType::kBF16, 1e-1}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
-}  // namespace chunkserve::backend
+}  // namespace chunkserve::forward

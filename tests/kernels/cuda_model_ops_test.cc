@@ -98,11 +98,37 @@ TEST_P(CudaModelOpsTest, RmsNormMatchesCpu) {
   ASSERT_EQ(kc::RmsNorm(x.data(), w.data(), want.data(), rows, dim, 1e-5f), kc::KernelStatus::kOk);
   uint16_t* dx = Upload(Bits(t, x));
   uint16_t* dw = Upload(Bits(t, w));
-  ASSERT_CUDA(RmsNorm(t, dx, dw, dx, rows, dim, 1e-5f, nullptr));  // in place
+  ASSERT_CUDA(RmsNorm(t, t, dx, dw, dx, rows, dim, 1e-5f, nullptr));  // in place
   ASSERT_CUDA(cudaDeviceSynchronize());
   ExpectClose(Floats(t, Download(dx, x.size())), want, 1e-6, 1.01 * Ulp(t), "rmsnorm");
   cudaFree(dx);
   cudaFree(dw);
+}
+
+// The residual stream is fp32: normalizing it into the 16-bit compute dtype rounds only once.
+TEST_P(CudaModelOpsTest, RmsNormOfFp32ResidualMatchesCpu) {
+  Random rng(TestSeed());
+  const DType t = GetParam();
+  const int64_t rows = 5;
+  const int32_t dim = 1000;
+  const std::vector<float> x = rng.Floats(rows * dim, -3.0f, 3.0f);  // not 16-bit representable
+  const std::vector<float> w = Rounded(t, rng.Floats(dim, 0.5f, 1.5f));
+  std::vector<float> want(x.size());
+  ASSERT_EQ(kc::RmsNorm(x.data(), w.data(), want.data(), rows, dim, 1e-5f), kc::KernelStatus::kOk);
+  float* dx = Upload(x);
+  uint16_t* dw = Upload(Bits(t, w));
+  uint16_t* dy = Upload(std::vector<uint16_t>(x.size(), 0xffff));
+  ASSERT_CUDA(RmsNorm(DType::kF32, t, dx, dw, dy, rows, dim, 1e-5f, nullptr));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  ExpectClose(Floats(t, Download(dy, x.size())), want, 1e-6, 1.01 * Ulp(t), "rmsnorm f32");
+  // A 16-bit x with another output dtype, and fp32 output, are refused.
+  const DType other = t == DType::kF16 ? DType::kBF16 : DType::kF16;
+  EXPECT_EQ(RmsNorm(other, t, dy, dw, dy, rows, dim, 1e-5f, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(RmsNorm(DType::kF32, DType::kF32, dx, dw, dx, rows, dim, 1e-5f, nullptr),
+            cudaErrorInvalidValue);
+  cudaFree(dx);
+  cudaFree(dw);
+  cudaFree(dy);
 }
 
 TEST_P(CudaModelOpsTest, RopeMatchesCpu) {
@@ -158,18 +184,47 @@ TEST_P(CudaModelOpsTest, EmbeddingGatherCopiesRowsAndZeroesBadIds) {
   int32_t* di = Upload(ids);
   uint16_t* dout = Upload(std::vector<uint16_t>(ids.size() * dim, 0xffff));
   ASSERT_CUDA(
-      EmbeddingGather(t, dt, vocab, dim, di, static_cast<int64_t>(ids.size()), dout, nullptr));
+      EmbeddingGather(t, t, dt, vocab, dim, di, static_cast<int64_t>(ids.size()), dout, nullptr));
   const std::vector<uint16_t> got = Download(dout, ids.size() * dim);
+  // Widened into the fp32 residual stream: exactly the 16-bit values.
+  float* dwide = Upload(std::vector<float>(ids.size() * dim, NAN));
+  ASSERT_CUDA(EmbeddingGather(t, DType::kF32, dt, vocab, dim, di, static_cast<int64_t>(ids.size()),
+                              dwide, nullptr));
+  const std::vector<float> wide = Download(dwide, ids.size() * dim);
+  // fp32 rows of an fp32 table (the residual rows the LM head reads): exact copies.
+  float* dtable32 = Upload(wide);
+  const std::vector<int32_t> rows32 = {6, 0, 3};
+  int32_t* dr = Upload(rows32);
+  float* dout32 = Upload(std::vector<float>(rows32.size() * dim, NAN));
+  ASSERT_CUDA(EmbeddingGather(DType::kF32, DType::kF32, dtable32, static_cast<int32_t>(ids.size()),
+                              dim, dr, 3, dout32, nullptr));
+  const std::vector<float> got32 = Download(dout32, rows32.size() * dim);
   for (size_t r = 0; r < ids.size(); ++r) {
     for (int32_t d = 0; d < dim; ++d) {
       const uint16_t want =
           ids[r] >= 0 && ids[r] < vocab ? table[static_cast<size_t>(ids[r]) * dim + d] : 0;
       ASSERT_EQ(got[r * dim + d], want) << "row " << r << " dim " << d;
+      float f = 0.0f;
+      kc::ConvertToFloat(t, &want, &f, 1);
+      ASSERT_EQ(wide[r * dim + d], f) << "widened row " << r << " dim " << d;
     }
   }
+  for (size_t r = 0; r < rows32.size(); ++r) {
+    for (int32_t d = 0; d < dim; ++d) {
+      ASSERT_EQ(got32[r * dim + d], wide[static_cast<size_t>(rows32[r]) * dim + d]);
+    }
+  }
+  // 16-bit rows of another 16-bit dtype are refused.
+  EXPECT_EQ(EmbeddingGather(t, t == DType::kF16 ? DType::kBF16 : DType::kF16, dt, vocab, dim, di, 1,
+                            dout, nullptr),
+            cudaErrorInvalidValue);
   cudaFree(dt);
   cudaFree(di);
   cudaFree(dout);
+  cudaFree(dwide);
+  cudaFree(dtable32);
+  cudaFree(dr);
+  cudaFree(dout32);
 }
 
 TEST_P(CudaModelOpsTest, KvCopyMatchesCpu) {
@@ -332,6 +387,17 @@ TEST_F(CudaSamplingTest, CopyBytesCopiesAndChecksAlignment) {
   ASSERT_CUDA(CopyBytes(dd, ds, bytes, nullptr));
   EXPECT_EQ(Download(dd, bytes), src);
   EXPECT_EQ(CopyBytes(dd, ds, 15, nullptr), cudaErrorInvalidValue);
+  // ReadWords (the benchmarks' read-only L2 flush) reads every word: the sink is written exactly
+  // when the words' XOR equals `never` (0x3c003c00 repeated 8 times XORs to 0).
+  ASSERT_CUDA(FillWords(dd, 32, 0x3c003c00u, nullptr));
+  unsigned* sink = Upload(std::vector<unsigned>{0xdeadbeefu, 0, 0, 0});
+  ASSERT_CUDA(ReadWords(dd, 32, 1u, sink, nullptr));
+  EXPECT_EQ(Download(sink, 1)[0], 0xdeadbeefu);
+  ASSERT_CUDA(ReadWords(dd, 32, 0u, sink, nullptr));
+  EXPECT_EQ(Download(sink, 1)[0], 0u);
+  EXPECT_EQ(ReadWords(dd + 1, 32, 0u, sink, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(ReadWords(dd, 20, 0u, sink, nullptr), cudaErrorInvalidValue);
+  cudaFree(sink);
   EXPECT_EQ(CopyBytes(dd + 1, ds, 16, nullptr), cudaErrorInvalidValue);
   cudaFree(ds);
   cudaFree(dd);

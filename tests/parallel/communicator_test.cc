@@ -327,13 +327,13 @@ TEST(StepCodecTest, RoundTripsEveryField) {
   const std::vector<int32_t> slot = {3, 4, 5, 5, 5, 5};
   const std::vector<int32_t> off = {8, 9, 0, 1, 2, 3};
   const std::vector<int32_t> path_slots = {1, 5}, path_lens = {16, 4};
-  backend::PrefillSegment seg;
+  forward::PrefillSegment seg;
   seg.token_begin = 2;
   seg.num_tokens = 4;
   seg.chunk_slots = path_slots;
   seg.chunk_lens = path_lens;
-  const std::vector<backend::PrefillSegment> segs = {seg};
-  const std::vector<backend::KvCopyOp> copies = {{1, 2, 7}};
+  const std::vector<forward::PrefillSegment> segs = {seg};
+  const std::vector<forward::KvCopyOp> copies = {{1, 2, 7}};
   // Two decode rows sharing slot 1, each with one private chunk.
   const std::vector<int32_t> shared_slot = {1}, shared_len = {16}, sb = {0}, se = {2}, spo = {0};
   const std::vector<int32_t> ssi = {0, 1, 2}, ssid = {0, 0}, pi = {0, 1, 2}, ps = {3, 4},
@@ -353,7 +353,7 @@ TEST(StepCodecTest, RoundTripsEveryField) {
   plan.private_slot = ps.data();
   plan.private_len = pl.data();
   const std::vector<int32_t> logit_rows = {0, 1, 5};
-  backend::StepBatch b;
+  forward::StepBatch b;
   b.tokens = tokens;
   b.positions = pos;
   b.kv_slot = slot;
@@ -367,7 +367,7 @@ TEST(StepCodecTest, RoundTripsEveryField) {
   const std::vector<std::byte> bytes = EncodeStep(b);
   DecodedStep d;
   ASSERT_OK(DecodeStep(bytes, &d));
-  const backend::StepBatch& o = d.batch();
+  const forward::StepBatch& o = d.batch();
   auto vec = [](auto span) { return std::vector<int32_t>(span.begin(), span.end()); };
   EXPECT_EQ(vec(o.tokens), tokens);
   EXPECT_EQ(vec(o.positions), pos);
@@ -410,8 +410,8 @@ TEST(StepCodecTest, RoundTripsEveryField) {
 }
 
 TEST(StepCodecTest, CopiesOnlyStep) {
-  const std::vector<backend::KvCopyOp> copies = {{3, 4, 16}, {5, 6, 1}};
-  backend::StepBatch b;
+  const std::vector<forward::KvCopyOp> copies = {{3, 4, 16}, {5, 6, 1}};
+  forward::StepBatch b;
   b.kv_copies = copies;
   DecodedStep d;
   ASSERT_OK(DecodeStep(EncodeStep(b), &d));
@@ -429,12 +429,14 @@ TEST(StepCodecTest, InitRoundTrip) {
   init.num_threads = 3;
   init.op_timeout_ms = 30000;
   init.heartbeat_ms = 1000;
+  init.backend = 1;  // CUDA
   ASSERT_OK_AND_ASSIGN(TpInit o, DecodeTpInit(EncodeTpInit(init)));
   EXPECT_EQ(o.model_dir, init.model_dir);
   EXPECT_EQ(o.model_fingerprint, init.model_fingerprint);
   EXPECT_EQ(o.num_slots, 4096);
   EXPECT_EQ(o.kv_dtype, 2);
   EXPECT_EQ(o.heartbeat_ms, 1000);
+  EXPECT_EQ(o.backend, 1);
   std::vector<std::byte> bad = EncodeTpInit(init);
   bad.pop_back();
   EXPECT_EQ(DecodeTpInit(bad).status().code(), StatusCode::kDataLoss);

@@ -1,7 +1,8 @@
 // The NCCL communicator (GPU ranks), one rank; skipped without a device (GpuTest): all-reduce
-// and broadcast of host and device buffers, barrier, abort; and the tensor-parallel leader
-// backend running its steps over NCCL with tp = 1 gives exactly the plain CPU backend's tokens
-// and logits. The two-device case is nccl_multigpu_test.cc.
+// and broadcast of host and device buffers, the all-reduce of device memory on a caller's stream,
+// barrier, abort; and the tensor-parallel leader on the CUDA backend, whose all-reduces run
+// through NCCL on the backend's stream, with tp = 1 gives exactly the one-rank model's tokens and
+// logits. The two-device case is nccl_multigpu_test.cc.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -10,7 +11,7 @@
 #include "runtime/model/model.h"
 #include "runtime/model/tiny_model.h"
 #include "runtime/parallel/nccl_communicator.h"
-#include "runtime/parallel/tp_backend.h"
+#include "runtime/parallel/tp_runner.h"
 #include "tests/parallel/tp_testing.h"
 #include "tests/testing/gpu.h"
 #include "tests/testing/status_matchers.h"
@@ -41,6 +42,20 @@ TEST_F(NcclSingleRankTest, CollectivesOnHostAndDeviceBuffers) {
   cudaFree(dev);
   EXPECT_EQ(back, host);
 
+  // Device memory on a caller's stream (the CUDA backend's path): ordered after the stream's work.
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  float* dev2 = nullptr;
+  ASSERT_EQ(cudaMalloc(&dev2, 3 * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(dev2, host.data(), 3 * sizeof(float), cudaMemcpyHostToDevice, stream),
+            cudaSuccess);
+  ASSERT_OK(comm->AllReduceSumOnStream(std::span<float>(dev2, 3), stream, Deadline::After(60s)));
+  std::vector<float> back2(3);
+  ASSERT_EQ(cudaMemcpy(back2.data(), dev2, 3 * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(dev2);
+  cudaStreamDestroy(stream);
+  EXPECT_EQ(back2, host);
+
   std::vector<std::byte> bytes(5000, std::byte{7});
   ASSERT_OK(comm->Broadcast(bytes, 0, Deadline::After(60s)));
   EXPECT_EQ(bytes[4999], std::byte{7});
@@ -57,21 +72,24 @@ TEST_F(NcclSingleRankTest, BadUniqueIdIsInvalidArgument) {
             StatusCode::kInvalidArgument);
 }
 
-TEST_F(NcclSingleRankTest, LeaderBackendOverNcclMatchesThePlainBackend) {
+TEST_F(NcclSingleRankTest, LeaderOnTheCudaBackendOverNcclMatchesOneRank) {
   chunkserve::testing::TempDir dir;
   model::TinyModelOptions t;
   t.num_kv_heads = 4;
   ASSERT_OK(model::WriteTinyModel(dir.path(), t));
   ASSERT_OK_AND_ASSIGN(model::LoadedModel m, model::LoadedModel::Load(dir.path()));
-  ASSERT_OK_AND_ASSIGN(auto plain, backend::CpuBackend::Create(m, tp_testing::BackendOptions()));
+  forward::RunnerOptions cuda = tp_testing::RunnerOptions();
+  cuda.backend = forward::BackendKind::kCuda;
+  cuda.kv_dtype = kernels::DType::kF16;
+  ASSERT_OK_AND_ASSIGN(auto plain, forward::CreateLlamaModel(m, cuda));
   const tp_testing::RunResult reference = tp_testing::RunAll(m, std::move(plain));
 
   ASSERT_OK_AND_ASSIGN(std::vector<char> id, NewNcclUniqueId());
   ASSERT_OK_AND_ASSIGN(auto comm,
                        NcclCommunicator::Create(
                            {.rank = 0, .size = 1, .device = 0, .unique_id = id, .timeout = 60s}));
-  ASSERT_OK_AND_ASSIGN(auto leader, TpLeaderBackend::Create(m, tp_testing::BackendOptions(),
-                                                            comm.get(), TpOptions{}));
+  ASSERT_OK_AND_ASSIGN(auto leader, TpLeaderRunner::Create(m, cuda, comm.get(), TpOptions{}));
+  EXPECT_EQ(leader->name(), "cuda-tp1");
   const tp_testing::RunResult nccl = tp_testing::RunAll(m, std::move(leader));
   EXPECT_EQ(nccl.tokens, reference.tokens);
   EXPECT_EQ(nccl.logits, reference.logits);  // one rank: the same arithmetic, bit for bit

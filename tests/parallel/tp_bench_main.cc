@@ -49,7 +49,7 @@ Result<Row> RunOnce(int32_t tp, const std::string& model_dir, int32_t requests, 
     g.rank_binary = worker;
     g.timeout = std::chrono::seconds(60);
     CHUNKSERVE_ASSIGN_OR_RETURN(group, worker::TpGroup::Start(g));
-    o.backend_factory = group->BackendFactory();
+    o.runner_factory = group->RunnerFactory();
   }
   CHUNKSERVE_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> e, engine::Engine::Create(o));
   std::vector<std::shared_ptr<sched::RequestStream>> streams;

@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/backend/cpu_backend.h"
 #include "runtime/engine/engine.h"
+#include "runtime/forward/llama.h"
 #include "runtime/kvcache/prefix_tree.h"
 #include "runtime/model/model.h"
 #include "runtime/model/tiny_model.h"
@@ -34,10 +34,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-using tp_testing::BackendOptions;
 using tp_testing::kChunk;
 using tp_testing::Requests;
 using tp_testing::RunAll;
+using tp_testing::RunnerOptions;
 using tp_testing::RunResult;
 
 worker::TpGroupOptions GroupOptions(int32_t size) {
@@ -62,15 +62,15 @@ class TpEngineTest : public ::testing::TestWithParam<int32_t> {
 };
 
 TEST_P(TpEngineTest, GreedyTokensAndLogitsMatchOneRankWithSharedPrefixes) {
-  ASSERT_OK_AND_ASSIGN(auto single, backend::CpuBackend::Create(*model_, BackendOptions()));
+  ASSERT_OK_AND_ASSIGN(auto single, forward::CreateLlamaModel(*model_, RunnerOptions()));
   const RunResult reference = RunAll(*model_, std::move(single));
   ASSERT_FALSE(HasFailure());
   ASSERT_GT(reference.prefix_hit_tokens, 0u);  // the shared prompt really was shared
 
   ASSERT_OK_AND_ASSIGN(auto group, worker::TpGroup::Start(GroupOptions(GetParam())));
-  ASSERT_OK_AND_ASSIGN(auto tp_backend, group->BackendFactory()(*model_, BackendOptions()));
-  EXPECT_EQ(tp_backend->kv_shape().num_kv_heads, 4 / GetParam());  // this rank's heads only
-  const RunResult tp = RunAll(*model_, std::move(tp_backend));
+  ASSERT_OK_AND_ASSIGN(auto tp_runner, group->RunnerFactory()(*model_, RunnerOptions()));
+  EXPECT_EQ(tp_runner->kv_shape().num_kv_heads, 4 / GetParam());  // this rank's heads only
+  const RunResult tp = RunAll(*model_, std::move(tp_runner));
   ASSERT_FALSE(HasFailure());
 
   EXPECT_EQ(tp.tokens, reference.tokens);
@@ -84,12 +84,12 @@ TEST_P(TpEngineTest, GreedyTokensAndLogitsMatchOneRankWithSharedPrefixes) {
 
 TEST_P(TpEngineTest, OneStepPrefillOfEveryPromptMatchesOneRank) {
   // Every prompt in the first step: its descriptor (about 300 tokens) needs a second broadcast.
-  ASSERT_OK_AND_ASSIGN(auto single, backend::CpuBackend::Create(*model_, BackendOptions()));
+  ASSERT_OK_AND_ASSIGN(auto single, forward::CreateLlamaModel(*model_, RunnerOptions()));
   const RunResult reference = RunAll(*model_, std::move(single), 0);
   ASSERT_FALSE(HasFailure());
   ASSERT_OK_AND_ASSIGN(auto group, worker::TpGroup::Start(GroupOptions(GetParam())));
-  ASSERT_OK_AND_ASSIGN(auto tp_backend, group->BackendFactory()(*model_, BackendOptions()));
-  const RunResult tp = RunAll(*model_, std::move(tp_backend), 0);
+  ASSERT_OK_AND_ASSIGN(auto tp_runner, group->RunnerFactory()(*model_, RunnerOptions()));
+  const RunResult tp = RunAll(*model_, std::move(tp_runner), 0);
   ASSERT_FALSE(HasFailure());
   EXPECT_EQ(tp.tokens, reference.tokens);
   ASSERT_EQ(tp.logits.size(), reference.logits.size());
@@ -98,13 +98,13 @@ TEST_P(TpEngineTest, OneStepPrefillOfEveryPromptMatchesOneRank) {
 }
 
 TEST_P(TpEngineTest, EngineServesConcurrentRequestsLikeOneRank) {
-  auto run = [&](engine::BackendFactory factory) {
+  auto run = [&](engine::RunnerFactory factory) {
     engine::EngineOptions o;
     o.model_dir = dir_.path().string();
     o.num_threads = 1;
     o.chunk_size = kChunk;
     o.kv_cache_bytes = 16u << 20;
-    o.backend_factory = std::move(factory);
+    o.runner_factory = std::move(factory);
     std::vector<std::vector<TokenId>> out;
     Result<std::unique_ptr<engine::Engine>> e = engine::Engine::Create(o);
     EXPECT_OK(e.status());
@@ -131,19 +131,21 @@ TEST_P(TpEngineTest, EngineServesConcurrentRequestsLikeOneRank) {
   };
   const auto reference = run(nullptr);
   ASSERT_OK_AND_ASSIGN(auto group, worker::TpGroup::Start(GroupOptions(GetParam())));
-  EXPECT_EQ(run(group->BackendFactory()), reference);
+  EXPECT_EQ(run(group->RunnerFactory()), reference);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, TpEngineTest, ::testing::Values(2, 4),
                          [](const auto& info) { return "tp" + std::to_string(info.param); });
 
-// Model variants at tp = 2: biases (the o bias is added once, after the all-reduce), bf16
-// weights (column slices widened from bf16), tied embeddings (rank 0's LM head is the embedding).
+// Model variants: biases (q/k/v sliced with their heads; the o bias added once, by rank 0, into
+// the all-reduce), bf16 weights (column slices of bf16 tensors), tied embeddings (rank 0's LM
+// head is the embedding), and biases with tied embeddings over four ranks.
 struct Variant {
   const char* name;
   bool bias;
   model::DType dtype;
   bool tied;
+  int32_t ranks;
 };
 
 class TpVariantTest : public ::testing::TestWithParam<Variant> {};
@@ -157,12 +159,12 @@ TEST_P(TpVariantTest, MatchesOneRank) {
   t.tie_word_embeddings = GetParam().tied;
   ASSERT_OK(model::WriteTinyModel(dir.path(), t));
   ASSERT_OK_AND_ASSIGN(model::LoadedModel m, model::LoadedModel::Load(dir.path()));
-  ASSERT_OK_AND_ASSIGN(auto single, backend::CpuBackend::Create(m, BackendOptions()));
+  ASSERT_OK_AND_ASSIGN(auto single, forward::CreateLlamaModel(m, RunnerOptions()));
   const RunResult reference = RunAll(m, std::move(single));
   ASSERT_FALSE(HasFailure());
-  ASSERT_OK_AND_ASSIGN(auto group, worker::TpGroup::Start(GroupOptions(2)));
-  ASSERT_OK_AND_ASSIGN(auto tp_backend, group->BackendFactory()(m, BackendOptions()));
-  const RunResult tp = RunAll(m, std::move(tp_backend));
+  ASSERT_OK_AND_ASSIGN(auto group, worker::TpGroup::Start(GroupOptions(GetParam().ranks)));
+  ASSERT_OK_AND_ASSIGN(auto tp_runner, group->RunnerFactory()(m, RunnerOptions()));
+  const RunResult tp = RunAll(m, std::move(tp_runner));
   ASSERT_FALSE(HasFailure());
   EXPECT_EQ(tp.tokens, reference.tokens);
   ASSERT_EQ(tp.logits.size(), reference.logits.size());
@@ -171,9 +173,11 @@ TEST_P(TpVariantTest, MatchesOneRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TpVariantTest,
-                         ::testing::Values(Variant{"bias", true, model::DType::kF32, false},
-                                           Variant{"bf16", false, model::DType::kBF16, false},
-                                           Variant{"tied", false, model::DType::kF32, true}),
+                         ::testing::Values(Variant{"bias", true, model::DType::kF32, false, 2},
+                                           Variant{"bf16", false, model::DType::kBF16, false, 2},
+                                           Variant{"tied", false, model::DType::kF32, true, 2},
+                                           Variant{"bias_tied_tp4", true, model::DType::kF32, true,
+                                                   4}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(TpGroupTest, ModelThatDoesNotSplitIsAClearErrorOnEveryRank) {
@@ -181,7 +185,7 @@ TEST(TpGroupTest, ModelThatDoesNotSplitIsAClearErrorOnEveryRank) {
   ASSERT_OK(model::WriteTinyModel(dir.path(), model::TinyModelOptions::Default()));  // 2 KV heads
   ASSERT_OK_AND_ASSIGN(model::LoadedModel m, model::LoadedModel::Load(dir.path()));
   ASSERT_OK_AND_ASSIGN(auto group, worker::TpGroup::Start(GroupOptions(4)));
-  const Result<std::unique_ptr<backend::Backend>> b = group->BackendFactory()(m, BackendOptions());
+  const Result<std::unique_ptr<forward::StepRunner>> b = group->RunnerFactory()(m, RunnerOptions());
   EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(b.status().message()).find("num_key_value_heads = 2"), std::string::npos)
       << b.status();
@@ -205,15 +209,15 @@ TEST(TpGroupTest, IdleGroupStaysHealthyAndAHungRankIsFoundByTheHeartbeat) {
     failure = s;
     cv.notify_all();
   });
-  ASSERT_OK_AND_ASSIGN(auto b, group->BackendFactory()(m, BackendOptions()));
+  ASSERT_OK_AND_ASSIGN(auto b, group->RunnerFactory()(m, RunnerOptions()));
   // Idle for many heartbeats (and longer than the follower's idle limit without them): healthy.
   std::this_thread::sleep_for(3s);
   {
     std::lock_guard<std::mutex> lock(mu);
     ASSERT_OK(failure);
   }
-  const std::vector<backend::KvCopyOp> copies = {{0, 1, 1}};
-  backend::StepBatch batch;
+  const std::vector<forward::KvCopyOp> copies = {{0, 1, 1}};
+  forward::StepBatch batch;
   batch.kv_copies = copies;
   ASSERT_OK(b->Forward(batch, {}));
   // A stopped rank, with no traffic from the engine: the heartbeat notices within its deadline.
@@ -242,7 +246,7 @@ TEST(TpGroupTest, KilledRankFailsTheNextStepAndTheCallbackRuns) {
     failure = s;
     cv.notify_all();
   });
-  ASSERT_OK_AND_ASSIGN(auto b, group->BackendFactory()(m, BackendOptions()));
+  ASSERT_OK_AND_ASSIGN(auto b, group->RunnerFactory()(m, RunnerOptions()));
   ASSERT_EQ(group->rank_pids().size(), 1u);
   ::kill(group->rank_pids()[0], SIGKILL);
   {
@@ -253,8 +257,8 @@ TEST(TpGroupTest, KilledRankFailsTheNextStepAndTheCallbackRuns) {
   EXPECT_NE(std::string(failure.message()).find("rank 1"), std::string::npos) << failure;
   EXPECT_NE(std::string(failure.message()).find("signal 9"), std::string::npos) << failure;
   // Any later step fails at once with the same cause.
-  const std::vector<backend::KvCopyOp> copies = {{0, 1, 1}};
-  backend::StepBatch batch;
+  const std::vector<forward::KvCopyOp> copies = {{0, 1, 1}};
+  forward::StepBatch batch;
   batch.kv_copies = copies;
   const Status s = b->Forward(batch, {});
   EXPECT_EQ(s.code(), StatusCode::kUnavailable);

@@ -1,7 +1,7 @@
-// Shared by the tensor-parallel tests: a backend wrapper that records every step's logits, a
+// Shared by the tensor-parallel tests: a runner wrapper that records every step's logits, a
 // request set with a shared system prompt, and a scheduler run whose batches depend only on the
 // requests and the sampled tokens (every request is added before the first step; steps are run
-// by hand), so two backends that sample the same tokens run exactly the same steps.
+// by hand), so two runners that sample the same tokens run exactly the same steps.
 #ifndef CHUNKSERVE_TESTS_PARALLEL_TP_TESTING_H_
 #define CHUNKSERVE_TESTS_PARALLEL_TP_TESTING_H_
 
@@ -12,7 +12,8 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/backend/cpu_backend.h"
+#include "kernels/cpu/sampling.h"
+#include "runtime/forward/llama.h"
 #include "runtime/kvcache/prefix_tree.h"
 #include "runtime/model/model.h"
 #include "runtime/sched/scheduler.h"
@@ -25,24 +26,53 @@ using namespace std::chrono_literals;
 constexpr int32_t kChunk = 16;
 constexpr int32_t kSlots = 256;
 
-// Records the logits of every step, in order.
-class RecordingBackend final : public backend::Backend {
+// Records the logits of every step, in order: samples on the host, from the logits it records,
+// by the rule the backends sample with (kernels/cpu/sampling.h).
+class RecordingRunner final : public forward::StepRunner {
  public:
-  explicit RecordingBackend(std::unique_ptr<backend::Backend> inner) : inner_(std::move(inner)) {}
+  // With `forced`, the tokens handed to the scheduler are forced[0], forced[1], ... (a reference
+  // run's, in its order), so the run takes exactly the reference's steps whatever this runner
+  // would have sampled; what it would have sampled is kept in own_tokens().
+  explicit RecordingRunner(std::unique_ptr<forward::StepRunner> inner,
+                           const std::vector<TokenId>* forced = nullptr)
+      : inner_(std::move(inner)), forced_(forced) {}
   std::string name() const override { return inner_->name(); }
   const backend::KvArenaShape& kv_shape() const override { return inner_->kv_shape(); }
   int32_t vocab_size() const override { return inner_->vocab_size(); }
-  Status Forward(const backend::StepBatch& b, std::span<float> logits) override {
+  Status Forward(const forward::StepBatch& b, std::span<float> logits) override {
     CHUNKSERVE_RETURN_IF_ERROR(inner_->Forward(b, logits));
     const size_t n = b.logit_rows.size() * static_cast<size_t>(vocab_size());
     logits_.insert(logits_.end(), logits.begin(), logits.begin() + static_cast<ptrdiff_t>(n));
     return Status::Ok();
   }
+  Status ForwardSample(const forward::StepBatch& b, std::span<const backend::SampleRow> rows,
+                       std::span<TokenId> tokens) override {
+    const size_t vocab = static_cast<size_t>(vocab_size());
+    step_logits_.resize(b.logit_rows.size() * vocab);
+    CHUNKSERVE_RETURN_IF_ERROR(Forward(b, step_logits_));
+    for (size_t r = 0; r < rows.size(); ++r) {
+      tokens[r] = kernels::cpu::SampleToken(
+          std::span<const float>(step_logits_).subspan(r * vocab, vocab),
+          {rows[r].temperature, rows[r].top_k, rows[r].top_p}, rows[r].uniform, &scratch_);
+      own_tokens_.push_back(tokens[r]);
+      if (forced_ != nullptr) {
+        if (next_forced_ >= forced_->size())
+          return Status::OutOfRange("ran past the forced tokens");
+        tokens[r] = (*forced_)[next_forced_++];
+      }
+    }
+    return Status::Ok();
+  }
   const std::vector<float>& logits() const { return logits_; }
+  const std::vector<TokenId>& own_tokens() const { return own_tokens_; }
 
  private:
-  std::unique_ptr<backend::Backend> inner_;
-  std::vector<float> logits_;
+  std::unique_ptr<forward::StepRunner> inner_;
+  const std::vector<TokenId>* forced_;
+  size_t next_forced_ = 0;
+  std::vector<TokenId> own_tokens_;
+  std::vector<float> logits_, step_logits_;
+  kernels::cpu::SamplingScratch scratch_;
 };
 
 // A system prompt shared by four requests (2.5 chunks, so a partial chunk is copied), and two
@@ -62,8 +92,9 @@ inline std::vector<sched::RequestOptions> Requests() {
 }
 
 struct RunResult {
-  std::vector<std::vector<TokenId>> tokens;
-  std::vector<float> logits;
+  std::vector<std::vector<TokenId>> tokens;  // per request
+  std::vector<float> logits;                 // every sampled row, in step order
+  std::vector<TokenId> step_tokens;          // what the runner sampled, in step order
   uint64_t prefix_hit_tokens = 0;
 };
 
@@ -71,10 +102,12 @@ struct RunResult {
 // requests and the sampled tokens, so two runs that sample the same tokens run the same steps.
 // token_budget 48 spreads prefills over several steps; 0 puts every prompt in the first step
 // (a descriptor larger than one 4 KiB broadcast frame).
-inline RunResult RunAll(const model::LoadedModel& model, std::unique_ptr<backend::Backend> backend,
-                        int32_t token_budget = 48) {
+// With `forced` (a reference run's step_tokens), the run follows the reference's steps exactly.
+inline RunResult RunAll(const model::LoadedModel& model,
+                        std::unique_ptr<forward::StepRunner> runner, int32_t token_budget = 48,
+                        const std::vector<TokenId>* forced = nullptr) {
   RunResult run;
-  auto recorder = std::make_unique<RecordingBackend>(std::move(backend));
+  auto recorder = std::make_unique<RecordingRunner>(std::move(runner), forced);
   Result<kv::PrefixTree> tree = kv::PrefixTree::Create({.chunk_size = kChunk,
                                                         .num_slots = kSlots,
                                                         .slot_bytes = 1,
@@ -115,12 +148,13 @@ inline RunResult RunAll(const model::LoadedModel& model, std::unique_ptr<backend
     run.tokens.push_back(tokens);
   }
   run.logits = recorder->logits();
+  run.step_tokens = recorder->own_tokens();
   run.prefix_hit_tokens = scheduler.counters().prefix_hit_tokens;
   return run;
 }
 
-inline backend::CpuBackendOptions BackendOptions() {
-  backend::CpuBackendOptions o;
+inline forward::RunnerOptions RunnerOptions() {
+  forward::RunnerOptions o;
   o.num_threads = 1;  // ranks share the machine's cores
   o.num_slots = kSlots;
   o.chunk_size = kChunk;
