@@ -42,6 +42,7 @@ enum class StatusCode : int32_t {
   kUnimplemented = 11,      // not supported in this build or configuration
   kDataLoss = 12,           // stored bytes are truncated or corrupt (safetensors, wire frames)
   kAborted = 13,            // a collective or transaction was aborted (rank failure)
+  kUnauthenticated = 14,    // the peer did not prove the cluster secret or client token
 };
 
 // Returns the stable name of a code, e.g. "INVALID_ARGUMENT".
@@ -76,6 +77,7 @@ class [[nodiscard]] Status {
   static Status Unimplemented(std::string_view m) { return {StatusCode::kUnimplemented, m}; }
   static Status DataLoss(std::string_view m) { return {StatusCode::kDataLoss, m}; }
   static Status Aborted(std::string_view m) { return {StatusCode::kAborted, m}; }
+  static Status Unauthenticated(std::string_view m) { return {StatusCode::kUnauthenticated, m}; }
 
   bool ok() const { return rep_ == nullptr; }
   StatusCode code() const { return rep_ ? rep_->code : StatusCode::kOk; }

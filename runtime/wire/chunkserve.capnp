@@ -41,6 +41,7 @@ enum ErrorCode {
   unimplemented @11;
   dataLoss @12;           # malformed frame
   aborted @13;
+  unauthenticated @14;    # the peer did not prove the cluster secret / client token
 }
 
 # Sampling rules (runtime/sched/request.h SamplingParams). temperature 0 = greedy.
@@ -130,6 +131,10 @@ struct LoadReport {
   freeKvBytes @8 :UInt64;           # KV arena bytes free or reclaimable (exact; freeKvSlots is
                                     # derived from it and is 0 until the slot size is known)
   inFlightRequests @9 :Int32;       # requests admitted and not yet finished (all connections)
+  engineProgress @10 :UInt64;       # engine progress since start (steps run + requests ended):
+                                    # moves whenever the engine does anything
+  oldestUnservedMs @11 :UInt32;     # age of the oldest admitted request still without its first
+                                    # token (0: none); with engineProgress still, a frozen engine
 }
 
 # Client / router -> worker: subscribe to KV events. The worker answers with one KvEvents with
@@ -191,6 +196,38 @@ struct Health {
   generation @3 :UInt64;  # worker generation
 }
 
+# Keepalive, any direction, on any link: a Ping is answered by a Pong with the same nonce. Either
+# counts as traffic for idle deadlines, so an idle link is never taken for a dead one. Handled by
+# the connection layer (runtime/wire/connection.h); applications never see them.
+struct Ping {
+  nonce @0 :UInt64;
+}
+
+struct Pong {
+  nonce @0 :UInt64;
+}
+
+# Server -> connecting peer, first frame of every connection to a server that requires
+# authentication (a cluster secret is configured). The peer answers with Auth before anything
+# else; the secret itself never crosses the wire.
+struct Challenge {
+  nonce @0 :Data;  # 32 random bytes, fresh per connection
+}
+
+# Peer -> server: proof = HMAC-SHA256(key, "chunkserve-auth-v1" || nonce || role), where key is the
+# cluster secret (roles worker and router) or the client token (role client; the cluster secret
+# also works for a client). A wrong or missing proof: Error (unauthenticated), then close.
+enum AuthRole {
+  client @0;
+  worker @1;   # may Register
+  router @2;   # a router's data link to a worker
+}
+
+struct Auth {
+  role @0 :AuthRole;
+  proof @1 :Data;  # 32 bytes
+}
+
 # The root of every frame. Exactly one member is set.
 struct Envelope {
   union {
@@ -208,5 +245,9 @@ struct Envelope {
     stats @11 :Stats;
     healthRequest @12 :HealthRequest;
     health @13 :Health;
+    ping @14 :Ping;
+    pong @15 :Pong;
+    challenge @16 :Challenge;
+    auth @17 :Auth;
   }
 }

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <array>
 #include <string>
 
@@ -13,7 +14,8 @@ WireClient::~WireClient() { Close(); }
 
 Result<std::unique_ptr<WireClient>> WireClient::Connect(const std::string& host, uint16_t port,
                                                         std::chrono::milliseconds timeout,
-                                                        ReaderLimits limits) {
+                                                        ReaderLimits limits,
+                                                        std::optional<ClientAuth> auth) {
   std::unique_ptr<WireClient> client(new WireClient(limits));
   asio::error_code ec;
   asio::ip::address address = asio::ip::make_address(host, ec);
@@ -34,6 +36,27 @@ Result<std::unique_ptr<WireClient>> WireClient::Connect(const std::string& host,
     return Status::Unavailable("connect failed: " + ec.message());
   }
   client->socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+  if (auth) {
+    Result<DecodedMessage> first = client->ReceiveRaw(timeout);
+    if (!first.ok()) {
+      return first.status().code() == StatusCode::kDeadlineExceeded
+                 ? Status::Unauthenticated("the server sent no authentication challenge: it does "
+                                           "not require authentication")
+                 : first.status();
+    }
+    schema::Envelope::Reader root = first.value().root();
+    if (root.which() != schema::Envelope::CHALLENGE) {
+      return Status::FailedPrecondition("expected the server's authentication challenge first");
+    }
+    const capnp::Data::Reader nonce = root.getChallenge().getNonce();
+    const std::vector<uint8_t> proof =
+        AuthProof(auth->key, std::span<const uint8_t>(nonce.begin(), nonce.size()), auth->role);
+    capnp::MallocMessageBuilder builder;
+    auto a = builder.initRoot<schema::Envelope>().initAuth();
+    a.setRole(auth->role);
+    a.setProof(kj::arrayPtr(proof.data(), proof.size()));
+    CHUNKSERVE_RETURN_IF_ERROR(client->Send(builder));
+  }
   return client;
 }
 
@@ -59,6 +82,32 @@ Status WireClient::SendRaw(const std::vector<uint8_t>& bytes) {
 }
 
 Result<DecodedMessage> WireClient::Receive(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    const auto left = std::max(std::chrono::milliseconds(0),
+                               std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   deadline - std::chrono::steady_clock::now()));
+    CHUNKSERVE_ASSIGN_OR_RETURN(DecodedMessage message, ReceiveRaw(left));
+    schema::Envelope::Reader root = message.root();
+    switch (root.which()) {
+      case schema::Envelope::PING: {
+        capnp::MallocMessageBuilder builder;
+        builder.initRoot<schema::Envelope>().initPong().setNonce(root.getPing().getNonce());
+        CHUNKSERVE_RETURN_IF_ERROR(Send(builder));
+        continue;
+      }
+      case schema::Envelope::PONG:
+        continue;
+      case schema::Envelope::CHALLENGE:
+        return Status::Unauthenticated(
+            "the server requires authentication and this client has no secret");
+      default:
+        return message;
+    }
+  }
+}
+
+Result<DecodedMessage> WireClient::ReceiveRaw(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::array<uint8_t, 16384> buffer;
   while (true) {

@@ -7,7 +7,10 @@
 //
 // Owns its own io_context; every call blocks the calling thread up to its timeout. Receive
 // returns DeadlineExceeded on timeout, Unavailable when the peer closed, DataLoss on a
-// malformed frame.
+// malformed frame. Keepalive frames are handled inside Receive (a Ping is answered, a Pong
+// skipped). With `auth`, Connect waits for the server's Challenge and answers it before
+// returning (Unauthenticated when none comes within the timeout); without it, a Challenge makes
+// Receive return Unauthenticated.
 //
 // Thread safety: none; one thread uses a client at a time.
 #ifndef CHUNKSERVE_RUNTIME_WIRE_CLIENT_H_
@@ -19,10 +22,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "runtime/base/status.h"
+#include "runtime/wire/auth.h"
 #include "runtime/wire/framing.h"
 
 namespace chunkserve::wire {
@@ -31,13 +36,16 @@ class WireClient {
  public:
   static Result<std::unique_ptr<WireClient>> Connect(const std::string& host, uint16_t port,
                                                      std::chrono::milliseconds timeout,
-                                                     ReaderLimits limits = {});
+                                                     ReaderLimits limits = {},
+                                                     std::optional<ClientAuth> auth = {});
   ~WireClient();
 
   Status Send(capnp::MessageBuilder& message);
   // Writes raw bytes (tests send malformed frames with it).
   Status SendRaw(const std::vector<uint8_t>& bytes);
   Result<DecodedMessage> Receive(std::chrono::milliseconds timeout);
+  // The next frame as it arrived, keepalive and authentication frames included.
+  Result<DecodedMessage> ReceiveRaw(std::chrono::milliseconds timeout);
   // Closes the socket (the peer sees a disconnect).
   void Close();
 

@@ -4,33 +4,71 @@
 #include <string>
 #include <utility>
 
+#include "runtime/wire/messages.h"
+
 namespace chunkserve::wire {
 namespace {
+
+using schema::Envelope;
+
 std::atomic<uint64_t> next_connection_id{1};
+
+// The handshake deadline of a connection that must authenticate when none is configured.
+constexpr std::chrono::milliseconds kDefaultAuthTimeout{10000};
+
+std::string Ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
+
 }  // namespace
 
 std::shared_ptr<Connection> Connection::Create(asio::ip::tcp::socket socket,
                                                ConnectionOptions options) {
-  return std::shared_ptr<Connection>(new Connection(std::move(socket), options));
+  return std::shared_ptr<Connection>(new Connection(std::move(socket), std::move(options)));
 }
 
 Connection::Connection(asio::ip::tcp::socket socket, ConnectionOptions options)
     : socket_(std::move(socket)),
       timer_(socket_.get_executor()),
-      options_(options),
+      frame_timer_(socket_.get_executor()),
+      keepalive_timer_(socket_.get_executor()),
+      options_(std::move(options)),
       id_(next_connection_id.fetch_add(1)),
-      decoder_(options.limits) {
+      decoder_(options_.limits) {
+  gated_ = options_.client_auth.has_value();
   asio::error_code ignored;
   socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
 }
 
-Connection::~Connection() = default;
+Connection::~Connection() {
+  if (options_.budget && reserved_ > 0) options_.budget->Release(reserved_);
+}
 
 void Connection::Start(MessageHandler on_message, CloseHandler on_close) {
   on_message_ = std::move(on_message);
   on_close_ = std::move(on_close);
-  ArmTimer(options_.handshake_timeout.count() > 0 ? options_.handshake_timeout
-                                                  : options_.idle_timeout);
+  last_received_ = std::chrono::steady_clock::now();
+  std::chrono::milliseconds first = options_.handshake_timeout;
+  if (options_.server_auth && options_.server_auth->enabled()) {
+    Result<std::vector<uint8_t>> nonce = NewAuthNonce();
+    if (!nonce.ok()) {
+      CloseOnLoop(nonce.status());
+      return;
+    }
+    challenge_ = std::move(nonce).value();
+    awaiting_auth_ = true;
+    capnp::MallocMessageBuilder builder;
+    builder.initRoot<Envelope>().initChallenge().setNonce(
+        kj::arrayPtr(challenge_.data(), challenge_.size()));
+    (void)Enqueue(EncodeOrEmpty(builder), true);
+    if (first.count() <= 0) first = kDefaultAuthTimeout;
+  }
+  if (gated_ && first.count() <= 0) first = kDefaultAuthTimeout;
+  if (options_.ping_first) {
+    capnp::MallocMessageBuilder builder;
+    builder.initRoot<Envelope>().initPing().setNonce(next_ping_++);
+    (void)Enqueue(EncodeOrEmpty(builder), true);
+  }
+  ArmTimer(first.count() > 0 ? first : options_.idle_timeout);
+  ArmKeepalive();
   DoRead();
 }
 
@@ -39,12 +77,81 @@ void Connection::ArmTimer(std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0) return;
   timer_.expires_after(timeout);
   std::weak_ptr<Connection> weak = weak_from_this();
-  const bool handshake = !got_first_message_;
-  timer_.async_wait([weak, handshake](const asio::error_code& ec) {
+  bool gated;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gated = gated_;
+  }
+  const char* what = awaiting_auth_        ? "authentication deadline passed"
+                     : gated               ? "the server sent no authentication challenge"
+                     : !got_first_message_ ? "handshake deadline passed"
+                                           : "idle deadline passed";
+  timer_.async_wait([weak, what, timeout, gated](const asio::error_code& ec) {
     if (ec) return;  // cancelled or re-armed
     if (auto self = weak.lock()) {
-      self->CloseOnLoop(Status::DeadlineExceeded(handshake ? "handshake deadline passed"
-                                                           : "idle deadline passed"));
+      const std::string why = std::string(what) + " (" + Ms(timeout) + ")";
+      self->CloseOnLoop(gated ? Status::Unauthenticated(
+                                    why + ": it does not require authentication here, or it is "
+                                          "not a chunkserve server")
+                              : Status::DeadlineExceeded(why));
+    }
+  });
+}
+
+void Connection::ArmKeepalive() {
+  const std::chrono::milliseconds interval = options_.keepalive_interval;
+  if (interval.count() <= 0) return;
+  keepalive_timer_.expires_after(interval);
+  std::weak_ptr<Connection> weak = weak_from_this();
+  keepalive_timer_.async_wait([weak, interval](const asio::error_code& ec) {
+    if (ec) return;
+    auto self = weak.lock();
+    if (!self || self->closed()) return;
+    if (std::chrono::steady_clock::now() - self->last_received_ >= interval) {
+      capnp::MallocMessageBuilder builder;
+      builder.initRoot<Envelope>().initPing().setNonce(self->next_ping_++);
+      (void)self->Enqueue(EncodeOrEmpty(builder), true);
+    }
+    self->ArmKeepalive();
+  });
+}
+
+// Keeps the budget reservation equal to the bytes of partial frames, and the frame deadline
+// running while there are any. False when the connection was closed for it.
+void Connection::AccountBuffered() {
+  const size_t now = decoder_.buffered_bytes();
+  if (options_.budget) {
+    if (now > reserved_) {
+      if (!options_.budget->TryReserve(now - reserved_)) {
+        RefuseAndClose(Status::ResourceExhausted(
+            "the process's budget of " + std::to_string(options_.budget->limit()) +
+            " bytes for partly received frames is spent"));
+        return;
+      }
+    } else if (now < reserved_) {
+      options_.budget->Release(reserved_ - now);
+    }
+    reserved_ = now;
+  }
+  if (options_.frame_timeout.count() <= 0) return;
+  if (now == 0) {
+    if (frame_timer_armed_) frame_timer_.cancel();
+    frame_timer_armed_ = false;
+    return;
+  }
+  if (frame_timer_armed_) return;
+  frame_timer_armed_ = true;
+  frame_timer_.expires_after(options_.frame_timeout);
+  std::weak_ptr<Connection> weak = weak_from_this();
+  const std::chrono::milliseconds timeout = options_.frame_timeout;
+  frame_timer_.async_wait([weak, timeout](const asio::error_code& ec) {
+    if (ec) return;
+    auto self = weak.lock();
+    if (!self) return;
+    self->frame_timer_armed_ = false;
+    if (self->decoder_.buffered_bytes() > 0) {
+      self->RefuseAndClose(Status::DeadlineExceeded(
+          "a frame was started and not completed within " + Ms(timeout)));
     }
   });
 }
@@ -65,29 +172,111 @@ void Connection::DoRead() {
     while (!self->closed() && self->decoder_.Next(&message)) {
       any = true;
       self->got_first_message_ = true;
+      self->last_received_ = std::chrono::steady_clock::now();
+      if (self->HandleControl(message)) continue;
+      if (self->awaiting_auth_) {
+        self->RefuseAndClose(Status::Unauthenticated(
+            "this server requires authentication: answer its challenge with the cluster secret "
+            "or client token first"));
+        return;
+      }
       if (self->on_message_) self->on_message_(message);
     }
     if (self->closed()) return;
     if (!status.ok()) {
-      // Tell the peer why, best effort, then close.
-      capnp::MallocMessageBuilder builder;
-      auto error = builder.initRoot<schema::Envelope>().initError();
-      error.setRequestId(0);
-      error.setCode(static_cast<schema::ErrorCode>(status.code()));
-      error.setMessage(std::string(status.message()));
-      error.setRetryable(false);
-      Result<std::vector<uint8_t>> bytes = EncodeFrame(builder);
-      if (bytes.ok()) {
-        asio::error_code ignored;
-        self->socket_.non_blocking(true, ignored);  // never block the loop on a bad peer
-        asio::write(self->socket_, asio::buffer(bytes.value()), ignored);
-      }
-      self->CloseOnLoop(status);
+      self->RefuseAndClose(status);  // tell the peer why, best effort, then close
       return;
     }
-    if (any) self->ArmTimer(self->options_.idle_timeout);
+    if (any && self->frame_timer_armed_) {
+      // A frame completed: the deadline restarts for the next one.
+      self->frame_timer_.cancel();
+      self->frame_timer_armed_ = false;
+    }
+    self->AccountBuffered();
+    if (self->closed()) return;
+    bool gated;
+    {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      gated = self->gated_;
+    }
+    if (any && !self->awaiting_auth_ && !gated) self->ArmTimer(self->options_.idle_timeout);
     self->DoRead();
   });
+}
+
+bool Connection::HandleControl(DecodedMessage& message) {
+  Envelope::Reader root = message.root();
+  switch (root.which()) {
+    case Envelope::PING: {
+      capnp::MallocMessageBuilder builder;
+      builder.initRoot<Envelope>().initPong().setNonce(root.getPing().getNonce());
+      (void)Enqueue(EncodeOrEmpty(builder), true);
+      return true;
+    }
+    case Envelope::PONG:
+      return true;
+    case Envelope::CHALLENGE: {
+      if (!options_.client_auth || options_.client_auth->key.empty()) {
+        CloseOnLoop(Status::Unauthenticated(
+            "the server requires authentication and no cluster secret or client token is "
+            "configured here"));
+        return true;
+      }
+      const capnp::Data::Reader nonce = root.getChallenge().getNonce();
+      const std::vector<uint8_t> proof =
+          AuthProof(options_.client_auth->key, std::span<const uint8_t>(nonce.begin(), nonce.size()),
+                    options_.client_auth->role);
+      capnp::MallocMessageBuilder builder;
+      auto auth = builder.initRoot<Envelope>().initAuth();
+      auth.setRole(options_.client_auth->role);
+      auth.setProof(kj::arrayPtr(proof.data(), proof.size()));
+      (void)Enqueue(EncodeOrEmpty(builder), true);
+      // What the application queued meanwhile follows the proof.
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        gated_ = false;
+        while (!held_.empty()) {
+          outgoing_.push_back(std::move(held_.front()));
+          held_.pop_front();
+        }
+      }
+      if (!writing_) DoWrite();
+      ArmTimer(options_.idle_timeout);
+      return true;
+    }
+    case Envelope::AUTH: {
+      if (!awaiting_auth_) return true;  // not required here: a peer that has a secret anyway
+      const auto auth = root.getAuth();
+      const capnp::Data::Reader proof = auth.getProof();
+      if (!VerifyAuthProof(*options_.server_auth, challenge_, auth.getRole(),
+                           std::span<const uint8_t>(proof.begin(), proof.size()))) {
+        RefuseAndClose(Status::Unauthenticated(
+            "authentication failed: the proof does not match this server's secret for that role"));
+        return true;
+      }
+      awaiting_auth_ = false;
+      challenge_.clear();
+      peer_role_ = auth.getRole();
+      if (auth.getRole() != schema::AuthRole::CLIENT) {
+        decoder_.set_max_message_bytes(options_.trusted_max_message_bytes);
+      }
+      ArmTimer(options_.idle_timeout);
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+void Connection::RefuseAndClose(const Status& status) {
+  const std::vector<uint8_t> bytes = ErrorFrame(0, status);
+  if (!bytes.empty()) {
+    // Written directly, without blocking the loop on a peer that does not read.
+    asio::error_code ignored;
+    socket_.non_blocking(true, ignored);
+    asio::write(socket_, asio::buffer(bytes), ignored);
+  }
+  CloseOnLoop(status);
 }
 
 Status Connection::Send(capnp::MessageBuilder& message) {
@@ -95,7 +284,9 @@ Status Connection::Send(capnp::MessageBuilder& message) {
   return SendBytes(std::move(bytes));
 }
 
-Status Connection::SendBytes(std::vector<uint8_t> frame) {
+Status Connection::SendBytes(std::vector<uint8_t> frame) { return Enqueue(std::move(frame), false); }
+
+Status Connection::Enqueue(std::vector<uint8_t> frame, bool bypass_gate) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return Status::Unavailable("connection closed");
@@ -103,6 +294,10 @@ Status Connection::SendBytes(std::vector<uint8_t> frame) {
       return Status::ResourceExhausted("connection outgoing queue is full");
     }
     outgoing_bytes_ += frame.size();
+    if (gated_ && !bypass_gate) {
+      held_.push_back(std::move(frame));
+      return Status::Ok();
+    }
     outgoing_.push_back(std::move(frame));
   }
   auto self = shared_from_this();
@@ -153,6 +348,10 @@ void Connection::CloseOnLoop(const Status& reason) {
     closed_ = true;
   }
   timer_.cancel();
+  frame_timer_.cancel();
+  keepalive_timer_.cancel();
+  if (options_.budget && reserved_ > 0) options_.budget->Release(reserved_);
+  reserved_ = 0;
   asio::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);

@@ -4,9 +4,30 @@
 // message is handed to the message handler on the io_context thread. A malformed frame closes
 // the connection (after an Error message with requestId 0 is queued, best effort). Writes are
 // queued and sent in order; the queue is bounded (bytes), and Send returns ResourceExhausted when
-// it is full, so a slow reader cannot make the process buffer without bound. Deadlines: a
-// handshake deadline (the first message must arrive in time) and an idle deadline (some message
-// must arrive within it); both close the connection with DeadlineExceeded.
+// it is full, so a slow reader cannot make the process buffer without bound.
+//
+// Bounds and deadlines, each closing the connection with a Status naming it:
+//  - handshake: the first message must arrive within handshake_timeout (DeadlineExceeded);
+//  - idle: some message must arrive within idle_timeout (DeadlineExceeded);
+//  - frame: a frame, once its first byte arrived, must complete within frame_timeout
+//    (DeadlineExceeded), so a peer cannot hold a partial frame (and its memory) forever;
+//  - budget: bytes of partial frames are reserved in a ByteBudget shared by every connection of
+//    the process (ResourceExhausted when it is spent).
+//
+// Keepalive: with keepalive_interval > 0 the connection sends a Ping whenever nothing has been
+// received for that long (ping_first: also at once on Start, so the peer's handshake deadline is
+// met by a link that has nothing to say yet). Ping is answered with Pong here; neither reaches the
+// message handler, both count as traffic. With idle_timeout a few times the peer's keepalive
+// interval, an idle link is never closed and a dead peer is detected within idle_timeout.
+//
+// Authentication (auth.h): with server_auth enabled, Start sends a Challenge and every frame before
+// a valid Auth is refused (Error unauthenticated, then close); the handshake deadline applies to
+// it (10 s when none is set). With client_auth, the connection holds what the application sends
+// until the peer's Challenge arrived and was answered with Auth (a server that sends no Challenge
+// within the handshake deadline, 10 s when none is set, closes it with Unauthenticated: it is not
+// configured for authentication); without client_auth, a Challenge closes the connection with
+// Unauthenticated. Once authenticated as worker or router, the frame limit rises to
+// trusted_max_message_bytes.
 //
 // The close handler runs exactly once, on the io_context thread, with the reason (OK for an
 // orderly close by the peer).
@@ -26,9 +47,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "runtime/base/status.h"
+#include "runtime/wire/auth.h"
+#include "runtime/wire/budget.h"
 #include "runtime/wire/framing.h"
 
 namespace chunkserve::wire {
@@ -38,6 +62,13 @@ struct ConnectionOptions {
   size_t max_outgoing_bytes = 32u << 20;           // queued, unsent bytes
   std::chrono::milliseconds handshake_timeout{0};  // first message; 0 = none
   std::chrono::milliseconds idle_timeout{0};       // between messages; 0 = none
+  std::chrono::milliseconds frame_timeout{0};      // complete a started frame; 0 = none
+  std::chrono::milliseconds keepalive_interval{0};  // Ping after this long without traffic
+  bool ping_first = false;                          // Ping at Start
+  std::shared_ptr<ByteBudget> budget;               // partial-frame bytes, process-wide
+  std::shared_ptr<const AuthKeys> server_auth;      // challenge the peer (when enabled)
+  std::optional<ClientAuth> client_auth;            // answer the peer's challenge
+  size_t trusted_max_message_bytes = 64u << 20;     // frame limit once a worker/router proved
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {
@@ -61,16 +92,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool closed() const;
   size_t queued_bytes() const;
   uint64_t id() const { return id_; }
+  // The role the peer proved (loop thread); nullopt while unauthenticated or when the server
+  // requires no authentication.
+  std::optional<schema::AuthRole> peer_role() const { return peer_role_; }
 
  private:
   Connection(asio::ip::tcp::socket socket, ConnectionOptions options);
   void DoRead();
   void DoWrite();
   void ArmTimer(std::chrono::milliseconds timeout);
+  void ArmKeepalive();
+  void AccountBuffered();
+  // Handles connection-level frames (keepalive, authentication); true when consumed.
+  bool HandleControl(DecodedMessage& message);
+  void RefuseAndClose(const Status& status);
+  // Queues a frame past the authentication gate (keepalive and authentication frames).
+  Status Enqueue(std::vector<uint8_t> frame, bool bypass_gate);
   void CloseOnLoop(const Status& reason);
 
   asio::ip::tcp::socket socket_;
   asio::steady_timer timer_;
+  asio::steady_timer frame_timer_;
+  asio::steady_timer keepalive_timer_;
   const ConnectionOptions options_;
   const uint64_t id_;
   FrameDecoder decoder_;
@@ -79,10 +122,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   CloseHandler on_close_;
   bool got_first_message_ = false;
   bool writing_ = false;  // loop thread only
+  bool frame_timer_armed_ = false;
+  size_t reserved_ = 0;  // bytes held in options_.budget
+  std::chrono::steady_clock::time_point last_received_;
+  std::vector<uint8_t> challenge_;  // server side: the nonce sent; empty once authenticated
+  bool awaiting_auth_ = false;
+  std::optional<schema::AuthRole> peer_role_;
+  uint64_t next_ping_ = 1;
 
   mutable std::mutex mu_;
   std::deque<std::vector<uint8_t>> outgoing_;  // guarded by mu_
-  size_t outgoing_bytes_ = 0;                  // guarded by mu_
+  std::deque<std::vector<uint8_t>> held_;      // guarded by mu_; sent once authenticated
+  bool gated_ = false;                         // guarded by mu_; client_auth, not yet challenged
+  size_t outgoing_bytes_ = 0;                  // guarded by mu_ (held_ included)
   bool closed_ = false;                        // guarded by mu_
 };
 

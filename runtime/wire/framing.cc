@@ -4,6 +4,7 @@
 #include <capnp/serialize.h>
 #include <kj/exception.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -24,7 +25,8 @@ Result<size_t> FrameSize(const uint8_t* data, size_t available, const ReaderLimi
   *complete = false;
   if (available < 4) return size_t{0};
   const uint64_t segments = static_cast<uint64_t>(LoadLe32(data)) + 1;
-  if (segments > limits.max_segments) {
+  // The table must fit the decoder's first block (8 KiB of table: 2046 segments).
+  if (segments > std::min<uint64_t>(limits.max_segments, 2046)) {
     return Status::DataLoss("wire frame announces " + std::to_string(segments) +
                             " segments (limit " + std::to_string(limits.max_segments) + ")");
   }
@@ -93,6 +95,28 @@ Result<std::vector<uint8_t>> EncodeFrame(capnp::MessageBuilder& message) {
   }
 }
 
+// Decodes one frame of exactly `words` (word-aligned), validating it into an owned copy. Not in
+// the header: DecodedMessage's friend, for DecodeFrame and FrameDecoder.
+Result<DecodedMessage> DecodeWords(kj::ArrayPtr<const capnp::word> words,
+                                   const ReaderLimits& limits) {
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = limits.traversal_limit_words;
+  options.nestingLimit = limits.nesting_limit;
+  try {
+    capnp::FlatArrayMessageReader reader(words, options);
+    if (reader.getEnd() != words.end()) return Status::DataLoss("wire frame size mismatch");
+    DecodedMessage out;
+    out.builder_ = std::make_unique<capnp::MallocMessageBuilder>();
+    // The copy visits every reachable word under the limits; a malformed pointer throws here.
+    out.builder_->setRoot(reader.getRoot<schema::Envelope>());
+    ValidateStruct(capnp::toDynamic(out.builder_->getRoot<schema::Envelope>().asReader()));
+    out.frame_bytes_ = words.size() * sizeof(capnp::word);
+    return out;
+  } catch (const kj::Exception& e) {
+    return Status::DataLoss(std::string("malformed wire frame: ") + e.getDescription().cStr());
+  }
+}
+
 Result<DecodedMessage> DecodeFrame(const uint8_t* data, size_t size, const ReaderLimits& limits) {
   bool complete = false;
   CHUNKSERVE_ASSIGN_OR_RETURN(size_t total, FrameSize(data, size, limits, &complete));
@@ -101,75 +125,103 @@ Result<DecodedMessage> DecodeFrame(const uint8_t* data, size_t size, const Reade
   // Copy into word-aligned storage: the reader requires alignment.
   kj::Array<capnp::word> words = kj::heapArray<capnp::word>(total / 8);
   std::memcpy(words.begin(), data, total);
-  capnp::ReaderOptions options;
-  options.traversalLimitInWords = limits.traversal_limit_words;
-  options.nestingLimit = limits.nesting_limit;
-  try {
-    capnp::FlatArrayMessageReader reader(words.asPtr(), options);
-    if (reader.getEnd() != words.end()) return Status::DataLoss("wire frame size mismatch");
-    DecodedMessage out;
-    out.builder_ = std::make_unique<capnp::MallocMessageBuilder>();
-    // The copy visits every reachable word under the limits; a malformed pointer throws here.
-    out.builder_->setRoot(reader.getRoot<schema::Envelope>());
-    ValidateStruct(capnp::toDynamic(out.builder_->getRoot<schema::Envelope>().asReader()));
-    out.frame_bytes_ = total;
-    return out;
-  } catch (const kj::Exception& e) {
-    return Status::DataLoss(std::string("malformed wire frame: ") + e.getDescription().cStr());
+  return DecodeWords(words.asPtr(), limits);
+}
+
+void FrameDecoder::Append(const uint8_t* data, size_t n) {
+  while (n > 0) {
+    const size_t offset = received_ % kBlockBytes;
+    if (received_ / kBlockBytes == blocks_.size()) {
+      blocks_.push_back(std::make_unique_for_overwrite<uint8_t[]>(kBlockBytes));
+    }
+    const size_t take = std::min(n, kBlockBytes - offset);
+    std::memcpy(blocks_.back().get() + offset, data, take);
+    received_ += take;
+    data += take;
+    n -= take;
   }
+}
+
+Status FrameDecoder::Complete() {
+  Result<DecodedMessage> message = Status::Internal("unset");
+  if (blocks_.size() == 1) {
+    // operator new[] storage is aligned for any scalar: the block is readable as words.
+    message = DecodeWords(
+        kj::ArrayPtr<const capnp::word>(reinterpret_cast<const capnp::word*>(blocks_[0].get()),
+                                        frame_size_ / sizeof(capnp::word)),
+        limits_);
+  } else {
+    kj::Array<capnp::word> words = kj::heapArray<capnp::word>(frame_size_ / sizeof(capnp::word));
+    auto* out = reinterpret_cast<uint8_t*>(words.begin());
+    for (size_t k = 0, at = 0; at < frame_size_; ++k, at += kBlockBytes) {
+      std::memcpy(out + at, blocks_[k].get(), std::min(kBlockBytes, frame_size_ - at));
+    }
+    blocks_.clear();  // before the decoded copy is made: the peak is the frame twice, not thrice
+    message = DecodeWords(words.asPtr(), limits_);
+  }
+  blocks_.clear();
+  received_ = 0;
+  frame_size_ = 0;
+  if (!message.ok()) return message.status();
+  ready_.push_back(std::move(message).value());
+  return Status::Ok();
 }
 
 Status FrameDecoder::Feed(const uint8_t* data, size_t size) {
   if (!status_.ok()) return status_;
-  // Takes only what the current frame needs, so the buffer never holds more than one frame and
-  // a frame's body is buffered only after its segment table passed the limits.
-  auto append = [&](size_t want) {
-    const size_t take = want < size ? want : size;
-    buffer_.insert(buffer_.end(), data, data + take);
-    data += take;
-    size -= take;
-  };
+  // Takes only what the current frame needs, so the blocks never hold more than one frame and a
+  // frame's body is stored only after its segment table passed the limits. A frame that arrives
+  // whole in one call is decoded straight from `data`.
   while (true) {
-    if (frame_size_ == 0) {
-      size_t need = 4;
-      if (buffer_.size() >= 4) {
-        status_ = ParseHeader();
-        if (!status_.ok()) return status_;
-        if (frame_size_ == 0)
-          need = TableBytes(static_cast<uint64_t>(LoadLe32(buffer_.data())) + 1);
+    if (received_ == 0 && size >= 4) {
+      bool complete = false;
+      Result<size_t> total = FrameSize(data, size, limits_, &complete);
+      if (!total.ok()) {
+        status_ = total.status();
+        return status_;
       }
-      if (frame_size_ == 0) {
-        if (size == 0) return Status::Ok();
-        append(need - buffer_.size());
+      if (complete && total.value() <= size) {
+        Result<DecodedMessage> message = DecodeFrame(data, total.value(), limits_);
+        if (!message.ok()) {
+          status_ = message.status();
+          return status_;
+        }
+        ready_.push_back(std::move(message).value());
+        data += total.value();
+        size -= total.value();
         continue;
       }
     }
-    if (buffer_.size() < frame_size_) {
+    // How much of the current frame must be here before the next step.
+    size_t want = 4;
+    if (frame_size_ > 0) {
+      want = frame_size_;
+    } else if (received_ >= 4) {
+      // The segment table is at most TableBytes(max_segments) bytes: within the first block.
+      bool complete = false;
+      Result<size_t> total = FrameSize(blocks_[0].get(), received_, limits_, &complete);
+      if (!total.ok()) {
+        status_ = total.status();
+        return status_;
+      }
+      if (complete) {
+        frame_size_ = total.value();
+        want = frame_size_;
+      } else {
+        want = TableBytes(static_cast<uint64_t>(LoadLe32(blocks_[0].get())) + 1);
+      }
+    }
+    if (received_ < want) {
       if (size == 0) return Status::Ok();
-      append(frame_size_ - buffer_.size());
+      const size_t take = std::min(want - received_, size);
+      Append(data, take);
+      data += take;
+      size -= take;
       continue;
     }
-    Result<DecodedMessage> message = DecodeFrame(buffer_.data(), buffer_.size(), limits_);
-    if (!message.ok()) {
-      status_ = message.status();
-      return status_;
-    }
-    ready_.push_back(std::move(message).value());
-    buffer_.clear();
-    if (buffer_.capacity() > (64u << 10)) buffer_.shrink_to_fit();
-    frame_size_ = 0;
+    status_ = Complete();
+    if (!status_.ok()) return status_;
   }
-}
-
-Status FrameDecoder::ParseHeader() {
-  bool complete = false;
-  Result<size_t> total = FrameSize(buffer_.data(), buffer_.size(), limits_, &complete);
-  if (!total.ok()) return total.status();
-  if (complete) {
-    frame_size_ = total.value();
-    buffer_.reserve(frame_size_);
-  }
-  return Status::Ok();
 }
 
 bool FrameDecoder::Next(DecodedMessage* message) {

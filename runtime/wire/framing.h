@@ -30,7 +30,7 @@ namespace chunkserve::wire {
 
 struct ReaderLimits {
   size_t max_message_bytes = 16u << 20;       // whole frame incl. segment table
-  uint32_t max_segments = 64;                 // segments per frame
+  uint32_t max_segments = 64;                 // segments per frame (at most 2046)
   uint64_t traversal_limit_words = 4u << 20;  // words a reader may visit (amplification bound)
   int32_t nesting_limit = 32;                 // pointer depth
 };
@@ -44,7 +44,7 @@ class DecodedMessage {
 
  private:
   friend class FrameDecoder;
-  friend Result<DecodedMessage> DecodeFrame(const uint8_t*, size_t, const ReaderLimits&);
+  friend Result<DecodedMessage> DecodeWords(kj::ArrayPtr<const capnp::word>, const ReaderLimits&);
   std::unique_ptr<capnp::MallocMessageBuilder> builder_;
   size_t frame_bytes_ = 0;
 };
@@ -67,17 +67,28 @@ class FrameDecoder {
   // Pops the oldest decoded message; false when none is ready.
   bool Next(DecodedMessage* message);
 
-  // Bytes buffered of a frame not yet complete.
-  size_t buffered_bytes() const { return buffer_.size(); }
+  // Memory held for the frame not yet complete (whole blocks; 0 between frames).
+  size_t buffered_bytes() const { return blocks_.size() * kBlockBytes; }
+  // Changes the frame size limit for frames not yet started (a connection that authenticated as
+  // a worker may send larger frames than an anonymous one).
+  void set_max_message_bytes(size_t n) { limits_.max_message_bytes = n; }
   const Status& status() const { return status_; }
 
  private:
-  // Parses the segment table in buffer_; sets frame_size_ (0 = table incomplete).
-  Status ParseHeader();
+  // A partial frame is stored in fixed blocks allocated as its bytes arrive and never
+  // reallocated: the memory held is what arrived rounded up to a block, with no growth copies
+  // left behind in the allocator, and that is what a connection's buffer budget is charged.
+  static constexpr size_t kBlockBytes = 16u << 10;
+
+  // Copies `n` bytes to the end of the current frame.
+  void Append(const uint8_t* data, size_t n);
+  // Decodes the complete frame in blocks_ and starts the next one.
+  Status Complete();
 
   ReaderLimits limits_;
-  std::vector<uint8_t> buffer_;
-  size_t frame_size_ = 0;
+  std::vector<std::unique_ptr<uint8_t[]>> blocks_;
+  size_t received_ = 0;    // bytes of the current frame so far, segment table included
+  size_t frame_size_ = 0;  // 0 until the segment table is complete
   std::deque<DecodedMessage> ready_;
   Status status_;
 };

@@ -1,7 +1,15 @@
 #include "runtime/wire/listen.h"
 
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <utility>
+
+#include "runtime/base/logging.h"
+#include "runtime/wire/messages.h"
 
 namespace chunkserve::wire {
 namespace {
@@ -15,6 +23,19 @@ void Accept(asio::ip::tcp::acceptor& acceptor, std::shared_ptr<const SocketHandl
       return;
     }
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+    static std::atomic<int64_t> last_log_s{0};
+    const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::steady_clock::now().time_since_epoch())
+                              .count();
+    int64_t last = last_log_s.load();
+    if (now_s - last >= 10 && last_log_s.compare_exchange_strong(last, now_s)) {
+      LOG(WARNING) << "accept failed: " << ec.message()
+                   << (ec == asio::error::no_descriptors
+                           ? " (out of file descriptors: existing connections are still served; "
+                             "accepting resumes once descriptors are free)"
+                           : "")
+                   << "; retrying every " << kAcceptRetryDelay.count() << " ms";
+    }
     auto timer = std::make_shared<asio::steady_timer>(acceptor.get_executor(), kAcceptRetryDelay);
     timer->async_wait([&acceptor, on_socket, timer](const asio::error_code& e) {
       if (!e && acceptor.is_open()) Accept(acceptor, on_socket);
@@ -42,6 +63,24 @@ Status ListenTcp(asio::ip::tcp::acceptor& acceptor, const std::string& host, uin
 
 void AcceptLoop(asio::ip::tcp::acceptor& acceptor, SocketHandler on_socket) {
   Accept(acceptor, std::make_shared<const SocketHandler>(std::move(on_socket)));
+}
+
+int64_t MaxConnectionsForFdLimit(int64_t configured) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
+    return std::max<int64_t>(1, configured);
+  }
+  const int64_t room = static_cast<int64_t>(limit.rlim_cur) - kReservedDescriptors;
+  return std::max<int64_t>(1, std::min(configured, room));
+}
+
+void RefuseSocket(asio::ip::tcp::socket& socket, const Status& why) {
+  const std::vector<uint8_t> frame = ErrorFrame(0, why);
+  asio::error_code ignored;
+  socket.non_blocking(true, ignored);
+  asio::write(socket, asio::buffer(frame), ignored);
+  socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket.close(ignored);
 }
 
 }  // namespace chunkserve::wire

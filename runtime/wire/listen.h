@@ -22,12 +22,23 @@ Status ListenTcp(asio::ip::tcp::acceptor& acceptor, const std::string& host, uin
 using SocketHandler = std::function<void(asio::ip::tcp::socket)>;
 
 // Accepts on `acceptor` until it is closed, handing each socket to `on_socket`. A failed accept
-// other than the acceptor closing (e.g. out of file descriptors) is retried after
-// kAcceptRetryDelay, not at once, so that it cannot spin the event loop while it lasts.
+// other than the acceptor closing (e.g. out of file descriptors) is logged (at most once every
+// 10 s) and retried after kAcceptRetryDelay, not at once, so that it cannot spin the event loop
+// while it lasts; serving resumes by itself once descriptors are free again.
 // `acceptor` must outlive the loop's pending operations (close it, then let the loop run them out
 // or stop the loop).
 inline constexpr std::chrono::milliseconds kAcceptRetryDelay{50};
 void AcceptLoop(asio::ip::tcp::acceptor& acceptor, SocketHandler on_socket);
+
+// The connections a server may hold: `configured`, lowered to leave kReservedDescriptors of the
+// process's file descriptor limit (RLIMIT_NOFILE) for everything else (listeners, HTTP probes,
+// outgoing links, files). At least 1.
+inline constexpr int64_t kReservedDescriptors = 32;
+int64_t MaxConnectionsForFdLimit(int64_t configured);
+
+// Tells an accepted socket why it is not served (an Error frame, requestId 0, written without
+// blocking) and closes it.
+void RefuseSocket(asio::ip::tcp::socket& socket, const Status& why);
 
 }  // namespace chunkserve::wire
 

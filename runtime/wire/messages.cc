@@ -9,7 +9,7 @@ namespace chunkserve::wire {
 
 schema::ErrorCode ToWireErrorCode(StatusCode code) {
   const auto v = static_cast<uint16_t>(code);
-  return v <= static_cast<uint16_t>(StatusCode::kAborted) ? static_cast<schema::ErrorCode>(v)
+  return v <= static_cast<uint16_t>(StatusCode::kUnauthenticated) ? static_cast<schema::ErrorCode>(v)
                                                           : schema::ErrorCode::INTERNAL;
 }
 

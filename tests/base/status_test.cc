@@ -51,7 +51,8 @@ TEST(StatusTest, AnnotatePrefixesContextAndKeepsCode) {
 TEST(StatusTest, EveryCodeHasAStableName) {
   EXPECT_EQ(StatusCodeName(StatusCode::kInvalidArgument), "INVALID_ARGUMENT");
   EXPECT_EQ(StatusCodeName(StatusCode::kAborted), "ABORTED");
-  for (int c = 0; c <= static_cast<int>(StatusCode::kAborted); ++c) {
+  EXPECT_EQ(StatusCodeName(StatusCode::kUnauthenticated), "UNAUTHENTICATED");
+  for (int c = 0; c <= static_cast<int>(StatusCode::kUnauthenticated); ++c) {
     EXPECT_NE(StatusCodeName(static_cast<StatusCode>(c)), "UNKNOWN") << c;
   }
 }

@@ -50,23 +50,23 @@ const std::vector<Rule>& Rules() {
   // Third-party families every folder outside kernels/ may not use unless listed as allowed.
   static const std::vector<Rule> rules = {
       // Compute only: plain params structs, no runtime types, no logging, no networking.
-      {"kernels/", {"kernels/"}, {"glog", "capnp", "asio", "gloo", "nccl"}},
-      // Runtime: kernels' host headers and itself. CUDA only in the CUDA backend; Cap'n Proto and
-      // Asio only in the wire layer; collectives only in parallel/.
-      {"runtime/", {"kernels/", "runtime/"}, {"cuda", "capnp", "asio", "gloo", "nccl"}},
-      {"runtime/backend/", {"kernels/", "runtime/"}, {"capnp", "asio", "gloo", "nccl"}},
+      {"kernels/", {"kernels/"}, {"glog", "capnp", "asio", "gloo", "nccl", "openssl"}},
+      // Runtime: kernels' host headers and itself. CUDA only in the CUDA backend; Cap'n Proto,
+      // Asio and OpenSSL only in the wire layer; collectives only in parallel/.
+      {"runtime/", {"kernels/", "runtime/"}, {"cuda", "capnp", "asio", "gloo", "nccl", "openssl"}},
+      {"runtime/backend/", {"kernels/", "runtime/"}, {"capnp", "asio", "gloo", "nccl", "openssl"}},
       {"runtime/wire/", {"kernels/", "runtime/"}, {"cuda", "gloo", "nccl"}},
       // Tensor parallelism: the communicators are the one place for Gloo and NCCL.
-      {"runtime/parallel/", {"kernels/", "runtime/"}, {"capnp", "asio"}},
+      {"runtime/parallel/", {"kernels/", "runtime/"}, {"capnp", "asio", "openssl"}},
       // Router: never CUDA, never kernels; only the runtime pieces that describe prefixes and wire.
       {"router/",
        {"router/", "runtime/base/", "runtime/kvcache/", "runtime/wire/"},
-       {"cuda", "nccl", "gloo", "blas"}},
-      {"worker/", {"worker/", "runtime/"}, {}},
-      {"capi/", {"capi/", "runtime/", "router/"}, {"cuda", "nccl", "gloo"}},
+       {"cuda", "nccl", "gloo", "blas", "openssl"}},
+      {"worker/", {"worker/", "runtime/"}, {"openssl"}},
+      {"capi/", {"capi/", "runtime/", "router/"}, {"cuda", "nccl", "gloo", "openssl"}},
       // Bindings and examples see the C header only.
-      {"bindings/", {}, {"cuda", "nccl", "gloo", "capnp", "asio", "glog", "blas"}},
-      {"examples/", {}, {"cuda", "nccl", "gloo", "capnp", "asio", "glog", "blas"}},
+      {"bindings/", {}, {"cuda", "nccl", "gloo", "capnp", "asio", "glog", "blas", "openssl"}},
+      {"examples/", {}, {"cuda", "nccl", "gloo", "capnp", "asio", "glog", "blas", "openssl"}},
       {"tests/", {"capi/", "runtime/", "router/", "worker/", "kernels/", "tests/"}, {}},
   };
   return rules;
@@ -84,6 +84,7 @@ std::string IncludeFamily(const std::string& inc) {
   if (StartsWith(inc, "capnp/") || StartsWith(inc, "kj/")) return "capnp";
   if (inc == "asio.hpp" || StartsWith(inc, "asio/")) return "asio";
   if (StartsWith(inc, "glog/")) return "glog";
+  if (StartsWith(inc, "openssl/")) return "openssl";
   if (inc == "cblas.h" || StartsWith(inc, "openblas")) return "blas";
   return "";
 }

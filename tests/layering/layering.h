@@ -36,7 +36,7 @@ struct Violation {
 const std::vector<Rule>& Rules();
 
 // Classifies a third-party include into a family ("cuda", "nccl", "gloo", "capnp", "asio", "glog",
-// "blas"), or returns "" for the standard library, system headers and project headers.
+// "blas", "openssl"), or returns "" for the standard library, system headers and project headers.
 std::string IncludeFamily(const std::string& include);
 
 // Scans every C, C++ and CUDA source under `root`'s top-level project folders.

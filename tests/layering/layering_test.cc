@@ -45,6 +45,8 @@ TEST(LayeringTest, KernelsMayNotUseRuntimeTypesOrLogging) {
 TEST(LayeringTest, CapnpOnlyInsideRuntimeWire) {
   EXPECT_EQ(CheckFile("runtime/plan/p.cc", "#include <capnp/message.h>\n").size(), 1u);
   EXPECT_TRUE(CheckFile("runtime/wire/framing.cc", "#include <capnp/message.h>\n").empty());
+  EXPECT_EQ(CheckFile("router/server.cc", "#include <openssl/hmac.h>\n").size(), 1u);
+  EXPECT_TRUE(CheckFile("runtime/wire/auth.cc", "#include <openssl/hmac.h>\n").empty());
 }
 
 TEST(LayeringTest, RuntimeUsesKernelHostHeadersNotDeviceHeaders) {

@@ -1,11 +1,14 @@
 // Connection over real sockets on 127.0.0.1:0: echo, malformed frames close only that
-// connection, deadlines, bounded outgoing queue.
+// connection, deadlines, bounded outgoing queue, keepalive, the frame deadline, the process-wide
+// byte budget, and challenge-response authentication.
 #include "runtime/wire/connection.h"
 
 #include <capnp/message.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
+#include <vector>
 #include <chrono>
 #include <thread>
 
@@ -37,6 +40,18 @@ class EchoServer {
   uint16_t port() const { return port_; }
   std::atomic<int> closed{0};
   std::atomic<int> errors{0};
+  std::vector<Status> reasons() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reasons_;
+  }
+  // Waits up to `limit` for `n` closes.
+  bool WaitClosed(int n, std::chrono::milliseconds limit) {
+    const auto give_up = std::chrono::steady_clock::now() + limit;
+    while (closed.load() < n && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(5ms);
+    }
+    return closed.load() >= n;
+  }
 
  private:
   void Accept() {
@@ -49,12 +64,19 @@ class EchoServer {
             auto self = weak.lock();
             if (!self || m.root().which() != schema::Envelope::CANCEL) return;
             capnp::MallocMessageBuilder b;
-            b.initRoot<schema::Envelope>().initToken().setRequestId(
-                m.root().getCancel().getRequestId());
+            auto t = b.initRoot<schema::Envelope>().initToken();
+            t.setRequestId(m.root().getCancel().getRequestId());
+            // The proven role + 1 in the index (0: not authenticated).
+            const auto role = self->peer_role();
+            t.setIndex(role ? static_cast<int32_t>(*role) + 1 : 0);
             (void)self->Send(b);
           },
           [this](const Status& reason) {
             if (!reason.ok()) errors.fetch_add(1);
+            {
+              std::lock_guard<std::mutex> lock(mu_);
+              reasons_.push_back(reason);
+            }
             closed.fetch_add(1);
           });
       Accept();
@@ -65,6 +87,8 @@ class EchoServer {
   ConnectionOptions options_;
   uint16_t port_ = 0;
   std::thread thread_;
+  std::mutex mu_;
+  std::vector<Status> reasons_;
 };
 
 Status SendCancel(WireClient& c, uint64_t id) {
@@ -143,6 +167,200 @@ TEST(ConnectionTest, OutgoingQueueIsBounded) {
   c->Close(Status::Ok());
   io.run_for(1s);
   EXPECT_TRUE(c->closed());
+}
+
+}  // namespace
+}  // namespace chunkserve::wire
+
+namespace chunkserve::wire {
+namespace {
+
+// Half of a frame: a segment table announcing `words` words, and no body.
+std::vector<uint8_t> PartialFrame(uint32_t words, size_t body_bytes) {
+  std::vector<uint8_t> bytes(8 + body_bytes, 0x5a);
+  for (int i = 0; i < 4; ++i) {
+    bytes[i] = 0;  // one segment
+    bytes[4 + i] = static_cast<uint8_t>(words >> (8 * i));
+  }
+  return bytes;
+}
+
+TEST(ConnectionTest, KeepaliveKeepsAnIdleLinkOpenAndADeadPeerIsNotKept) {
+  // The server closes a link that is silent for 600 ms; a peer that pings every 100 ms while
+  // idle stays open for 2 s, one that does not is closed.
+  ConnectionOptions server_options;
+  server_options.idle_timeout = 600ms;
+  EchoServer server(server_options);
+
+  asio::io_context io;
+  auto connect = [&] {
+    asio::ip::tcp::socket s(io);
+    s.connect({asio::ip::make_address("127.0.0.1"), server.port()});
+    return s;
+  };
+  ConnectionOptions pinging;
+  pinging.keepalive_interval = 100ms;
+  pinging.ping_first = true;
+  auto alive = Connection::Create(connect(), pinging);
+  std::atomic<bool> alive_closed{false};
+  alive->Start([](DecodedMessage&) {}, [&](const Status&) { alive_closed = true; });
+  ASSERT_OK_AND_ASSIGN(auto silent, WireClient::Connect("127.0.0.1", server.port(), 5s));
+  std::thread loop([&] { io.run_for(2000ms); });
+  loop.join();
+  EXPECT_FALSE(alive_closed.load());
+  EXPECT_FALSE(alive->closed());
+  EXPECT_EQ(server.closed.load(), 1);  // only the silent one
+  ASSERT_FALSE(server.reasons().empty());
+  EXPECT_THAT(server.reasons()[0], StatusIs(StatusCode::kDeadlineExceeded));
+  alive->Close(Status::Ok());
+  io.restart();
+  io.run_for(100ms);
+}
+
+TEST(ConnectionTest, PingFirstMeetsThePeersHandshakeDeadline) {
+  ConnectionOptions server_options;
+  server_options.handshake_timeout = 200ms;
+  EchoServer server(server_options);
+  asio::io_context io;
+  asio::ip::tcp::socket s(io);
+  s.connect({asio::ip::make_address("127.0.0.1"), server.port()});
+  ConnectionOptions o;
+  o.ping_first = true;  // a router's data link: nothing to ask yet
+  auto c = Connection::Create(std::move(s), o);
+  c->Start([](DecodedMessage&) {}, [](const Status&) {});
+  io.run_for(600ms);
+  EXPECT_FALSE(c->closed());
+  EXPECT_EQ(server.closed.load(), 0);
+  c->Close(Status::Ok());
+  io.restart();
+  io.run_for(100ms);
+}
+
+TEST(ConnectionTest, AStartedFrameMustCompleteInTime) {
+  ConnectionOptions o;
+  o.frame_timeout = 200ms;
+  EchoServer server(o);
+  ASSERT_OK_AND_ASSIGN(auto slow, WireClient::Connect("127.0.0.1", server.port(), 5s));
+  ASSERT_OK(SendCancel(*slow, 1));  // one good frame first (the old slowloris)
+  ASSERT_OK_AND_ASSIGN(DecodedMessage echo, slow->Receive(5s));
+  EXPECT_EQ(echo.root().getToken().getRequestId(), 1u);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_OK(slow->SendRaw(PartialFrame(1000, 100)));
+  ASSERT_OK_AND_ASSIGN(DecodedMessage m, slow->Receive(5s));
+  EXPECT_EQ(m.root().getError().getCode(), schema::ErrorCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(slow->Receive(5s).status(), StatusIs(StatusCode::kUnavailable));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 180ms);
+  EXPECT_LT(took, 3s);
+}
+
+TEST(ConnectionTest, PartialFramesAcrossConnectionsStayWithinTheBudget) {
+  // 20 peers each start a 1 MB frame and send 100 KB of it: with a 1 MB budget at most 10 fit,
+  // the rest are refused at once; the budget never passes its limit and is free again after.
+  auto budget = std::make_shared<ByteBudget>(1u << 20);
+  ConnectionOptions o;
+  o.budget = budget;
+  o.frame_timeout = 10s;
+  EchoServer server(o);
+  std::vector<std::unique_ptr<WireClient>> peers;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto c, WireClient::Connect("127.0.0.1", server.port(), 5s));
+    ASSERT_OK(c->SendRaw(PartialFrame((1u << 20) / 8, 100 << 10)));
+    peers.push_back(std::move(c));
+  }
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (budget->used() + budget->refusals() * (100 << 10) < 20u * (100 << 10) &&
+         std::chrono::steady_clock::now() < give_up) {
+    EXPECT_LE(budget->used(), budget->limit());
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_LE(budget->used(), budget->limit());
+  EXPECT_GE(budget->used(), 9u * (100 << 10));
+  int refused = 0;
+  for (auto& c : peers) {
+    Result<DecodedMessage> m = c->Receive(200ms);
+    if (m.ok() && m.value().root().which() == schema::Envelope::ERROR) {
+      EXPECT_EQ(m.value().root().getError().getCode(), schema::ErrorCode::RESOURCE_EXHAUSTED);
+      ++refused;
+    }
+  }
+  EXPECT_GE(refused, 10);
+  EXPECT_GT(budget->refusals(), 0u);
+  peers.clear();
+  ASSERT_TRUE(server.WaitClosed(20, 10s));
+  EXPECT_EQ(budget->used(), 0u);
+}
+
+TEST(ConnectionTest, ChallengeResponseAuthentication) {
+  auto keys = std::make_shared<AuthKeys>();
+  keys->cluster_secret = "cluster-secret-0123456789abcdef";
+  keys->client_token = "client-token-0123456789abcdef";
+  ConnectionOptions o;
+  o.server_auth = keys;
+  EchoServer server(o);
+  auto echo_role = [&](WireClient& c) -> Result<int32_t> {
+    CHUNKSERVE_RETURN_IF_ERROR(SendCancel(c, 7));
+    CHUNKSERVE_ASSIGN_OR_RETURN(DecodedMessage m, c.Receive(5s));
+    if (m.root().which() == schema::Envelope::ERROR) {
+      return Status(static_cast<StatusCode>(m.root().getError().getCode()),
+                    m.root().getError().getMessage().cStr());
+    }
+    return m.root().getToken().getIndex();
+  };
+  // A worker proves the cluster secret; a client proves the client token or the cluster secret.
+  ASSERT_OK_AND_ASSIGN(auto worker, WireClient::Connect("127.0.0.1", server.port(), 5s, {},
+                                                        ClientAuth{keys->cluster_secret,
+                                                                   schema::AuthRole::WORKER}));
+  EXPECT_EQ(echo_role(*worker).value(), 1 + static_cast<int32_t>(schema::AuthRole::WORKER));
+  ASSERT_OK_AND_ASSIGN(auto client, WireClient::Connect("127.0.0.1", server.port(), 5s, {},
+                                                        ClientAuth{keys->client_token,
+                                                                   schema::AuthRole::CLIENT}));
+  EXPECT_EQ(echo_role(*client).value(), 1 + static_cast<int32_t>(schema::AuthRole::CLIENT));
+  // The client token is not the cluster secret: it cannot prove a worker.
+  ASSERT_OK_AND_ASSIGN(auto fake, WireClient::Connect("127.0.0.1", server.port(), 5s, {},
+                                                      ClientAuth{keys->client_token,
+                                                                 schema::AuthRole::WORKER}));
+  EXPECT_THAT(echo_role(*fake).status(), StatusIs(StatusCode::kUnauthenticated));
+  EXPECT_THAT(fake->Receive(5s).status(), StatusIs(StatusCode::kUnavailable));
+  // No secret at all: the first frame is refused.
+  ASSERT_OK_AND_ASSIGN(auto anonymous, WireClient::Connect("127.0.0.1", server.port(), 5s));
+  EXPECT_THAT(echo_role(*anonymous).status(), StatusIs(StatusCode::kUnauthenticated));
+  // A peer with a secret against a server that requires none: a clear error, not a hang.
+  EchoServer open({});
+  EXPECT_THAT(WireClient::Connect("127.0.0.1", open.port(), 300ms, {},
+                                  ClientAuth{keys->cluster_secret, schema::AuthRole::WORKER})
+                  .status(),
+              StatusIs(StatusCode::kUnauthenticated));
+}
+
+TEST(ConnectionTest, AnAuthenticatingConnectionHoldsItsFramesUntilChallenged) {
+  auto keys = std::make_shared<AuthKeys>();
+  keys->cluster_secret = "cluster-secret-0123456789abcdef";
+  ConnectionOptions server_options;
+  server_options.server_auth = keys;
+  EchoServer server(server_options);
+  asio::io_context io;
+  asio::ip::tcp::socket s(io);
+  s.connect({asio::ip::make_address("127.0.0.1"), server.port()});
+  ConnectionOptions o;
+  o.client_auth = ClientAuth{keys->cluster_secret, schema::AuthRole::ROUTER};
+  auto c = Connection::Create(std::move(s), o);
+  std::vector<int32_t> roles;
+  c->Start([&](DecodedMessage& m) { roles.push_back(m.root().getToken().getIndex()); },
+           [](const Status&) {});
+  // Sent before the challenge arrived: held, then delivered after the proof.
+  for (uint64_t i = 1; i <= 3; ++i) {
+    capnp::MallocMessageBuilder b;
+    b.initRoot<schema::Envelope>().initCancel().setRequestId(i);
+    ASSERT_OK(c->Send(b));
+  }
+  const auto give_up = std::chrono::steady_clock::now() + 5s;
+  while (roles.size() < 3 && std::chrono::steady_clock::now() < give_up) io.run_for(20ms);
+  ASSERT_EQ(roles.size(), 3u);
+  for (int32_t r : roles) EXPECT_EQ(r, 1 + static_cast<int32_t>(schema::AuthRole::ROUTER));
+  EXPECT_EQ(server.errors.load(), 0);
+  c->Close(Status::Ok());
+  io.run_for(50ms);
 }
 
 }  // namespace
