@@ -8,6 +8,7 @@
 #include "router/membership.h"
 #include "router/server.h"
 #include "runtime/base/status.h"
+#include "runtime/wire/server_flags.h"
 
 namespace chunkserve::router {
 namespace {
@@ -43,17 +44,21 @@ constexpr char kUsage[] =
     "usage: chunkserve-router [--listen HOST:PORT] [--http HOST:PORT] [--policy NAME]\n"
     "         [--lease-ms N] [--model-fingerprint N] [--chunk-size N]\n"
     "         [--max-in-flight-per-worker N] [--max-attempts N] [--load-cap X]\n"
-    "         [--index-mb N] [--decision-ttl-ms N] [--handshake-timeout-ms N]\n"
+    "         [--index-mb N] [--decision-ttl-ms N] [--stall-timeout-ms N]\n"
+    "         [--first-token-timeout-ms N] [--keepalive-ms N] [--link-idle-timeout-ms N]\n"
     "policies: ttft (default), round_robin, least_loaded, consistent_hash,\n"
-    "          cache_aware_threshold\n";
+    "          cache_aware_threshold\n"
+    "accepted connections (clients and workers' control links):\n";
 
 int Main(int argc, char** argv) {
   RouterOptions options;
-  options.connection.handshake_timeout = std::chrono::milliseconds(10000);
+  wire::ServerFlags server_flags;
+  server_flags.idle_timeout_ms = 60000;  // clients: the C client sends a HealthRequest every 5 s
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
       std::fputs(kUsage, stdout);
+      std::fputs(wire::ServerFlagsUsage(), stdout);
       return 0;
     }
     if (i + 1 >= argc) {
@@ -98,9 +103,23 @@ int Main(int argc, char** argv) {
     } else if (flag == "--decision-ttl-ms") {
       ok = ParseInt(value, 0, 3600000, &n);
       options.core.index.decision_ttl = std::chrono::milliseconds(n);
-    } else if (flag == "--handshake-timeout-ms") {
+    } else if (flag == "--stall-timeout-ms") {
       ok = ParseInt(value, 0, 86400000, &n);
-      options.connection.handshake_timeout = std::chrono::milliseconds(n);
+      options.liveness.stall_timeout = std::chrono::milliseconds(n);
+    } else if (flag == "--first-token-timeout-ms") {
+      ok = ParseInt(value, 0, 86400000, &n);
+      options.first_token_timeout = std::chrono::milliseconds(n);
+    } else if (flag == "--keepalive-ms") {
+      ok = ParseInt(value, 10, 3600000, &n);
+      options.keepalive = std::chrono::milliseconds(n);
+    } else if (flag == "--link-idle-timeout-ms") {
+      ok = ParseInt(value, 50, 86400000, &n);
+      options.link_idle_timeout = std::chrono::milliseconds(n);
+    } else if (wire::IsServerFlag(flag)) {
+      if (Status s = wire::ParseServerFlag(flag, value, &server_flags); !s.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "unknown flag %s\n%s", flag.c_str(), kUsage);
       return 2;
@@ -109,6 +128,19 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "bad value for %s: %s\n", flag.c_str(), value.c_str());
       return 2;
     }
+  }
+
+  Result<wire::ServerConnections> connections = wire::MakeServerConnections(server_flags);
+  if (!connections.ok()) {
+    std::fprintf(stderr, "chunkserve-router: %s\n", connections.status().ToString().c_str());
+    return 2;
+  }
+  options.connection = connections.value().connection;
+  options.cluster_secret = connections.value().cluster_secret;
+  options.max_connections = connections.value().max_connections;
+  if (options.link_idle_timeout <= options.keepalive) {
+    std::fprintf(stderr, "--link-idle-timeout-ms must exceed --keepalive-ms\n");
+    return 2;
   }
 
   asio::io_context io(1);

@@ -65,6 +65,7 @@ struct Pending {
   bool leg_started = false;    // current leg produced its first token
   int64_t leg_prompt = 0;      // current leg's prompt tokens (prompt + tokens sent before it)
   int32_t attempts = 0;
+  Clock::time_point leg_sent;  // when the current leg was forwarded
   std::set<WorkerId> refused;  // workers that refused or failed this request
   bool cancelled = false;
   bool client_gone = false;
@@ -114,7 +115,9 @@ class Server final : public RouterServer {
         acceptor_(io),
         http_acceptor_(io),
         lease_timer_(io),
-        shutdown_timer_(io) {}
+        check_timer_(io),
+        shutdown_timer_(io),
+        liveness_(options.liveness) {}
 
   Status Init() {
     CHUNKSERVE_ASSIGN_OR_RETURN(PolicyKind kind, ParsePolicyKind(options_.policy));
@@ -123,6 +126,11 @@ class Server final : public RouterServer {
     if (membership_.model_known()) core.chain_seeds = {membership_.chain_seed()};
     CHUNKSERVE_ASSIGN_OR_RETURN(core_, RouterCore::Create(core));
     if (options_.max_attempts < 1) return Status::InvalidArgument("max_attempts must be >= 1");
+    max_connections_ = wire::MaxConnectionsForFdLimit(options_.max_connections);
+    if (max_connections_ < options_.max_connections) {
+      LOG(WARNING) << "serving at most " << max_connections_ << " connections (of "
+                   << options_.max_connections << " asked) within the file descriptor limit";
+    }
     CHUNKSERVE_RETURN_IF_ERROR(
         wire::ListenTcp(acceptor_, options_.listen_host, options_.listen_port));
     if (options_.http_port >= 0) {
@@ -138,6 +146,7 @@ class Server final : public RouterServer {
       wire::ServeHttp(http_acceptor_, [this](const std::string& path) { return Probe(path); });
     }
     ScheduleLeaseCheck();
+    ScheduleRequestCheck();
   }
 
   uint16_t port() const override { return acceptor_.local_endpoint().port(); }
@@ -156,6 +165,7 @@ class Server final : public RouterServer {
     asio::error_code ignored;
     acceptor_.close(ignored);
     lease_timer_.cancel();
+    check_timer_.cancel();
     // Requests in flight end with `unavailable` (retryable); workers stay up.
     std::vector<std::shared_ptr<Pending>> all;
     for (auto& [id, p] : upstream_) all.push_back(p);
@@ -183,6 +193,13 @@ class Server final : public RouterServer {
   void Accept() {
     wire::AcceptLoop(acceptor_, [this](asio::ip::tcp::socket socket) {
       connections_total_++;
+      if (static_cast<int64_t>(peers_.size()) >= max_connections_) {
+        connections_refused_++;
+        wire::RefuseSocket(socket, Status::ResourceExhausted(
+                                       "router connection limit (" +
+                                       std::to_string(max_connections_) + ") reached; retry later"));
+        return;
+      }
       auto connection = wire::Connection::Create(std::move(socket), options_.connection);
       auto peer = std::make_shared<Peer>();
       peer->connection = connection;
@@ -314,6 +331,11 @@ class Server final : public RouterServer {
       Refuse(peer, "duplicate Register on one link");
       return;
     }
+    const auto& auth = options_.connection.server_auth;
+    if (auth && auth->enabled() && peer.connection->peer_role() != wire::schema::AuthRole::WORKER) {
+      Refuse(peer, "only a peer that proved the cluster secret as a worker may register");
+      return;
+    }
     Registration reg;
     reg.name = r.getWorkerId().cStr();
     reg.model_fingerprint = r.getModelFingerprint();
@@ -338,6 +360,20 @@ class Server final : public RouterServer {
       core_->index().SetChainSeeds(std::span<const uint64_t>(&seed, 1));
     }
     const WorkerId id = Membership::IdFor(reg.name);
+    // Another instance under a live worker's id is refused (it would take that worker's traffic);
+    // the same instance reconnecting, or a new one once the old is gone, replaces it.
+    if (const Member* live = membership_.Find(id);
+        live != nullptr && live->registration.generation != reg.generation) {
+      auto wit = workers_.find(id);
+      const bool alive = wit != workers_.end() && wit->second.control &&
+                         !wit->second.control->closed() && live->lease_expiry >= Now();
+      if (alive) {
+        Refuse(peer, "worker id '" + reg.name + "' belongs to a live instance (generation " +
+                         std::to_string(live->registration.generation) +
+                         "); another instance may take it only once that one is gone");
+        return;
+      }
+    }
     // A restarted worker (or a reconnect): the old generation goes first, with its requests.
     KillWorker(id, 0, "replaced by generation " + std::to_string(reg.generation));
     membership_.Admit(reg, peer.connection->id(), Now());
@@ -415,8 +451,16 @@ class Server final : public RouterServer {
     const Member* member = membership_.Find(id);
     if (member == nullptr) return;
     wire::ConnectionOptions copts = options_.connection;
+    copts.server_auth = nullptr;  // we connect: the worker challenges us
+    if (!options_.cluster_secret.empty()) {
+      copts.client_auth = wire::ClientAuth{options_.cluster_secret, wire::schema::AuthRole::ROUTER};
+    }
     copts.handshake_timeout = std::chrono::milliseconds(0);  // the worker speaks when asked
-    copts.idle_timeout = std::chrono::milliseconds(0);
+    // A Ping at once meets the worker's handshake deadline; Pings while quiet keep the link from
+    // looking idle, and the worker's Pongs prove it is there.
+    copts.ping_first = true;
+    copts.keepalive_interval = options_.keepalive;
+    copts.idle_timeout = options_.link_idle_timeout;
     links.data = wire::Connection::Create(std::move(socket), copts);
     const uint64_t incarnation = links.incarnation;
     links.data->Start([this, id](wire::DecodedMessage& m) { OnUpstreamMessage(id, m); },
@@ -435,6 +479,7 @@ class Server final : public RouterServer {
       return;
     }
     links.in_core = true;
+    liveness_.Add(id, Now());
     workers_registered_++;
     name_stats_[info.name];  // listed in metrics from now on
     capnp::MallocMessageBuilder builder;
@@ -454,6 +499,11 @@ class Server final : public RouterServer {
     member->reported_in_flight = r.getInFlightRequests();
     member->draining = r.getDraining();
     if (!it->second.in_core) return;
+    ApplyLiveness(liveness_.OnReport(peer.worker, r.getEngineProgress(),
+                                     r.getInFlightRequests() > 0 || r.getOldestUnservedMs() > 0,
+                                     static_cast<int64_t>(it->second.upstream.size()), Now()));
+    it = workers_.find(peer.worker);
+    if (it == workers_.end()) return;
     WorkerLoad load;
     load.queued_prefill_tokens = r.getQueuedPrefillTokens();
     load.running_sequences = r.getRunningSequences();
@@ -466,7 +516,7 @@ class Server final : public RouterServer {
     (void)core_->UpdateLoad(peer.worker, load);
     if (it->second.accepting == r.getDraining()) {
       it->second.accepting = !r.getDraining();
-      (void)core_->SetAccepting(peer.worker, it->second.accepting);
+      UpdateAccepting(peer.worker);
     }
   }
 
@@ -507,6 +557,7 @@ class Server final : public RouterServer {
     const Member* member = membership_.Find(id);
     const std::string name = member ? member->registration.name : "?";
     membership_.Remove(id);
+    liveness_.Remove(id);
     if (links.in_core) {
       (void)core_->RemoveWorker(id);
       workers_dead_++;
@@ -522,14 +573,20 @@ class Server final : public RouterServer {
       if (pit == upstream_.end()) continue;
       std::shared_ptr<Pending> p = pit->second;
       EndLeg(*p);
-      p->refused.insert(id);
-      if (p->sent.empty()) {
-        rerouted_++;
-      } else {
-        migrated_++;
-      }
-      Dispatch(p);
+      MoveElsewhere(p, id);
     }
+  }
+
+  // The request's leg on `from` is over (EndLeg done): it continues on another worker, migrated
+  // with the tokens already sent when there are any.
+  void MoveElsewhere(const std::shared_ptr<Pending>& p, WorkerId from) {
+    p->refused.insert(from);
+    if (p->sent.empty()) {
+      rerouted_++;
+    } else {
+      migrated_++;
+    }
+    Dispatch(p);
   }
 
   void ScheduleLeaseCheck() {
@@ -543,6 +600,72 @@ class Server final : public RouterServer {
       }
       core_->index().ExpireDecisions(Now());
       ScheduleLeaseCheck();
+    });
+  }
+
+  // --- liveness, deadlines --------------------------------------------------------------------
+
+  // The core may pick a worker that is not draining and that liveness allows.
+  void UpdateAccepting(WorkerId id) {
+    auto it = workers_.find(id);
+    if (it == workers_.end() || !it->second.in_core) return;
+    (void)core_->SetAccepting(id, it->second.accepting && liveness_.routable(id));
+  }
+
+  void ApplyLiveness(const std::vector<Liveness::Change>& changes) {
+    for (const Liveness::Change& c : changes) {
+      auto it = workers_.find(c.id);
+      if (it == workers_.end()) continue;
+      const Member* m = membership_.Find(c.id);
+      LOG(WARNING) << "worker " << (m ? m->registration.name : "?") << " (" << c.id << ") "
+                   << (c.routable ? "routable again: " : "not routable: ") << c.why;
+      UpdateAccepting(c.id);
+      if (!c.migrate) continue;
+      // Its requests continue elsewhere (tokens already sent are kept, as on death).
+      const std::set<uint64_t> legs = it->second.upstream;
+      for (uint64_t up : legs) {
+        std::shared_ptr<Pending> p = FindUpstream(up);
+        if (!p) continue;
+        CancelUpstream(*p);
+        EndLeg(*p);
+        MoveElsewhere(p, c.id);
+      }
+    }
+  }
+
+  // Every 50 ms: liveness timers, request deadlines and first-token timeouts. No request waits
+  // past its deadline here, whatever its worker does.
+  void ScheduleRequestCheck() {
+    check_timer_.expires_after(std::chrono::milliseconds(50));
+    check_timer_.async_wait([this](const asio::error_code& ec) {
+      if (ec || shutting_down_) return;
+      ApplyLiveness(liveness_.Tick(Now()));
+      const auto now = Clock::now();
+      std::vector<std::shared_ptr<Pending>> expired, slow;
+      for (const auto& [up, p] : upstream_) {
+        if (p->done) continue;
+        if (p->has_deadline && now >= p->deadline) {
+          expired.push_back(p);
+        } else if (options_.first_token_timeout.count() > 0 && !p->leg_started &&
+                   now - p->leg_sent >= options_.first_token_timeout) {
+          slow.push_back(p);
+        }
+      }
+      for (auto& p : expired) {
+        deadline_ended_++;
+        CancelUpstream(*p);
+        EndLeg(*p);
+        FinishToClient(*p, WireFinish::DEADLINE, Status::DeadlineExceeded("deadline passed"), 0);
+      }
+      for (auto& p : slow) {
+        first_token_timeouts_++;
+        const WorkerId w = p->worker;
+        CancelUpstream(*p);
+        EndLeg(*p);
+        ApplyLiveness(liveness_.OnLegFailed(w, Now()));
+        MoveElsewhere(p, w);
+      }
+      ScheduleRequestCheck();
     });
   }
 
@@ -699,6 +822,7 @@ class Server final : public RouterServer {
     }
     p->worker = d.worker;
     p->upstream = up;
+    p->leg_sent = Clock::now();
     p->leg_started = false;
     p->leg_prompt = static_cast<int64_t>(full.size());
     upstream_[up] = p;
@@ -851,15 +975,14 @@ class Server final : public RouterServer {
     std::optional<int64_t> reported;
     if (!reroute && (p->leg_started || f.getReason() != WireFinish::CANCELLED)) reported = cached;
     EndLeg(*p, reported);
+    if (reroute || f.getReason() == WireFinish::ERROR) {
+      ApplyLiveness(liveness_.OnLegFailed(worker, Now()));
+    } else if (f.getReason() == WireFinish::LENGTH || f.getReason() == WireFinish::STOP_TOKEN) {
+      ApplyLiveness(liveness_.OnLegSucceeded(worker));
+    }
     if (reroute) {
       // The worker is going away (drain deadline, failure): continue elsewhere.
-      p->refused.insert(worker);
-      if (p->sent.empty()) {
-        rerouted_++;
-      } else {
-        migrated_++;
-      }
-      Dispatch(p);
+      MoveElsewhere(p, worker);
       return;
     }
     const int32_t prompt_tokens = std::max(0, f.getPromptTokens());
@@ -978,6 +1101,18 @@ class Server final : public RouterServer {
     gauge("in_flight", "Requests forwarded to workers and not finished.",
           static_cast<double>(upstream_.size()));
     counter("connections_total", "Connections accepted.", connections_total_);
+    counter("connections_refused_total", "Connections refused at the connection limit.",
+            connections_refused_);
+    counter("workers_stalled_total",
+            "Times a worker's engine made no progress while it had work (its requests moved).",
+            liveness_.stalls());
+    counter("workers_ejected_total", "Times a worker was ejected after consecutive failures.",
+            liveness_.ejections());
+    counter("requests_deadline_total", "Requests the router ended at their deadline.",
+            deadline_ended_);
+    counter("first_token_timeouts_total",
+            "Legs moved because no first token came within the first-token timeout.",
+            first_token_timeouts_);
     o << "# HELP chunkserve_router_decisions_total Routing decisions by reason.\n"
       << "# TYPE chunkserve_router_decisions_total counter\n";
     for (const auto& [reason, n] : decisions_) {
@@ -1045,7 +1180,10 @@ class Server final : public RouterServer {
   asio::ip::tcp::acceptor acceptor_;
   asio::ip::tcp::acceptor http_acceptor_;
   asio::steady_timer lease_timer_;
+  asio::steady_timer check_timer_;
   asio::steady_timer shutdown_timer_;
+  Liveness liveness_;
+  int64_t max_connections_ = 0;
   bool shutting_down_ = false;
 
   std::unordered_map<uint64_t, std::shared_ptr<Peer>> peers_;  // by connection id
@@ -1074,6 +1212,9 @@ class Server final : public RouterServer {
   uint64_t workers_dead_ = 0;
   uint64_t workers_expired_ = 0;
   uint64_t connections_total_ = 0;
+  uint64_t connections_refused_ = 0;
+  uint64_t deadline_ended_ = 0;
+  uint64_t first_token_timeouts_ = 0;
 };
 
 }  // namespace

@@ -25,6 +25,22 @@
 // Overload: besides the policy's load cap, `max_in_flight_per_worker` (> 0) is a hard bound on
 // this router's requests in flight per worker; workers at it are not picked.
 //
+// Liveness (router/liveness.h): a worker whose engine makes no progress while it has work for
+// `liveness.stall_timeout` stops receiving requests and its requests move elsewhere; it is
+// readmitted when it progresses. Consecutive failed legs eject a worker with backoff. The router
+// ends a request at its deadline (Finish deadline) and moves a leg that produced no first token
+// within `first_token_timeout` (counted as a failed leg). Data links ping when quiet and, like
+// control links, are declared dead after `link_idle_timeout` of silence.
+//
+// Authentication (wire/auth.h): with `connection.server_auth` enabled every peer must answer the
+// router's challenge; Register needs the worker role (the cluster secret), and a registration
+// under the id of a live instance with another generation is refused until that one is gone.
+// Data links prove `cluster_secret` to the workers as role router.
+//
+// Bounds: at most `max_connections` accepted connections (further ones get a retryable Error and
+// are closed; also capped below the descriptor limit, so the HTTP probes and data links always
+// have descriptors); the frame, frame-time and byte-budget bounds of `connection`.
+//
 // Thread safety: everything runs on the caller's io_context thread (Create before it runs).
 #ifndef CHUNKSERVE_ROUTER_SERVER_H_
 #define CHUNKSERVE_ROUTER_SERVER_H_
@@ -36,6 +52,7 @@
 #include <memory>
 #include <string>
 
+#include "router/liveness.h"
 #include "router/membership.h"
 #include "router/routing.h"
 #include "runtime/base/status.h"
@@ -57,6 +74,12 @@ struct RouterOptions {
   int32_t max_attempts = 6;              // picks per request (refusals + failovers)
   std::chrono::milliseconds connect_timeout{3000};  // data link to a worker
   wire::ConnectionOptions connection;               // client and worker connections
+  int32_t max_connections = 4096;                   // accepted connections
+  std::string cluster_secret;                       // proven on data links (empty: none)
+  std::chrono::milliseconds keepalive{1000};        // data links: Ping when quiet
+  std::chrono::milliseconds link_idle_timeout{5000};  // data and control links: dead when silent
+  std::chrono::milliseconds first_token_timeout{120000};  // 0: none
+  LivenessOptions liveness;
 };
 
 class RouterServer {

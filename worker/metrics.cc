@@ -71,6 +71,8 @@ std::string WorkerMetrics::Render(const engine::EngineStats& s, bool ready, bool
          "Connections closed for a malformed or oversized frame.", d(malformed_frames.load()));
   Metric(&out, "chunkserve_connections_total", "counter", "Wire connections accepted.",
          d(connections_total.load()));
+  Metric(&out, "chunkserve_connections_refused_total", "counter",
+         "Wire connections refused at the connection limit.", d(connections_refused.load()));
   Metric(&out, "chunkserve_running", "gauge", "Sequences in the running batch.", d(s.running));
   Metric(&out, "chunkserve_queued", "gauge", "Requests submitted, not yet admitted.", d(s.queued));
   Metric(&out, "chunkserve_kv_bytes_used", "gauge", "KV bytes in use (shared counted once).",

@@ -41,6 +41,7 @@ struct WorkerMetrics {
   std::atomic<uint64_t> rejected_overloaded{0};
   std::atomic<uint64_t> malformed_frames{0};
   std::atomic<uint64_t> connections_total{0};
+  std::atomic<uint64_t> connections_refused{0};  // over the connection limit
 
   std::string Render(const engine::EngineStats& stats, bool ready, bool draining,
                      int64_t open_connections) const;

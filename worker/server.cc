@@ -61,6 +61,11 @@ class Server final : public WorkerServer {
     engine_->SetKvEventCallback(
         [this](const std::vector<engine::KvEvent>& events) { PublishKvEvents(events); });
     CHUNKSERVE_RETURN_IF_ERROR(InitRouterLinks());
+    max_connections_ = wire::MaxConnectionsForFdLimit(options_.max_connections);
+    if (max_connections_ < options_.max_connections) {
+      LOG(WARNING) << "serving at most " << max_connections_ << " connections (of "
+                   << options_.max_connections << " asked) within the file descriptor limit";
+    }
     CHUNKSERVE_RETURN_IF_ERROR(
         wire::ListenTcp(acceptor_, options_.listen_host, options_.listen_port));
     if (options_.http_port >= 0) {
@@ -110,6 +115,13 @@ class Server final : public WorkerServer {
   void Accept() {
     wire::AcceptLoop(acceptor_, [this](asio::ip::tcp::socket socket) {
       metrics_.connections_total.fetch_add(1);
+      if (static_cast<int64_t>(sessions_.size()) >= max_connections_) {
+        metrics_.connections_refused.fetch_add(1);
+        wire::RefuseSocket(socket, Status::ResourceExhausted(
+                                       "worker connection limit (" +
+                                       std::to_string(max_connections_) + ") reached; retry later"));
+        return;
+      }
       auto connection = wire::Connection::Create(std::move(socket), options_.connection);
       auto session = std::make_shared<Session>();
       session->connection = connection;
@@ -224,6 +236,11 @@ class Server final : public WorkerServer {
     }
     std::shared_ptr<sched::RequestStream> s = std::move(stream).value();
     session.requests[wire_id] = s->id();
+    const uint64_t unserved_key = next_unserved_++;
+    {
+      std::lock_guard<std::mutex> lock(unserved_mu_);
+      unserved_.emplace(unserved_key, received);
+    }
     in_flight_.fetch_add(1);
     LoadReportSoon();
     // Prompt tokens count as queued prefill until the request's first event (its first token
@@ -239,9 +256,13 @@ class Server final : public WorkerServer {
     // Runs on the engine's step thread: encode and queue (thread-safe, non-blocking).
     Status set = s->SetCallback(
         [this, weak, wire_id, received, last, raw, connection_id, prompt_tokens,
-         prefill_pending, ttft_s](const sched::StreamEvent& e) {
+         prefill_pending, ttft_s, unserved_key](const sched::StreamEvent& e) {
           const auto now = Clock::now();
-          if (prefill_pending->exchange(false)) queued_prefill_tokens_.fetch_sub(prompt_tokens);
+          if (prefill_pending->exchange(false)) {
+            queued_prefill_tokens_.fetch_sub(prompt_tokens);
+            std::lock_guard<std::mutex> lock(unserved_mu_);
+            unserved_.erase(unserved_key);
+          }
           auto connection = weak.lock();
           capnp::MallocMessageBuilder builder;
           if (e.kind == sched::StreamEvent::Kind::kToken) {
@@ -412,7 +433,12 @@ class Server final : public WorkerServer {
 
   void OnRouterConnected(RouterLink* link, asio::ip::tcp::socket socket) {
     wire::ConnectionOptions copts = options_.connection;
-    copts.idle_timeout = std::chrono::milliseconds(0);  // a router may be quiet for long
+    copts.server_auth = nullptr;  // we connect: the router challenges us
+    if (!options_.cluster_secret.empty()) {
+      copts.client_auth = wire::ClientAuth{options_.cluster_secret, wire::schema::AuthRole::WORKER};
+    }
+    copts.keepalive_interval = options_.router_keepalive;
+    copts.idle_timeout = options_.router_idle_timeout;  // the router pings a quiet link
     auto connection = wire::Connection::Create(std::move(socket), copts);
     auto session = std::make_shared<Session>();
     session->connection = connection;
@@ -493,6 +519,18 @@ class Server final : public WorkerServer {
     });
   }
 
+  // Age of the oldest admitted request that has no first event yet (0: none). With a step counter
+  // that does not move, it tells a router that this engine is frozen, not just idle.
+  uint32_t OldestUnservedMs() {
+    std::lock_guard<std::mutex> lock(unserved_mu_);
+    Clock::time_point oldest = Clock::time_point::max();
+    for (const auto& [key, t] : unserved_) oldest = std::min(oldest, t);
+    if (oldest == Clock::time_point::max()) return 0;
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - oldest).count();
+    return static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, UINT32_MAX));
+  }
+
   void SendLoadReport(RouterLink& link) {
     if (!link.session || !link.registered) return;
     const engine::EngineStats s = engine_->Stats();
@@ -515,6 +553,8 @@ class Server final : public WorkerServer {
     r.setDecodeTokensPerS(s.decode_tokens_per_s);
     r.setDraining(draining_);
     r.setInFlightRequests(static_cast<int32_t>(in_flight_.load()));
+    r.setEngineProgress(s.steps + s.requests_finished);  // a cancel-only pass is progress too
+    r.setOldestUnservedMs(OldestUnservedMs());
     (void)link.session->connection->SendBytes(wire::EncodeOrEmpty(builder));
   }
 
@@ -654,6 +694,11 @@ class Server final : public WorkerServer {
   WorkerMetrics metrics_;
   std::unordered_map<uint64_t, std::shared_ptr<Session>> sessions_;  // io thread
   std::atomic<int64_t> in_flight_{0};
+  int64_t max_connections_ = 0;
+  // Admitted requests without their first event: key -> submission time.
+  std::mutex unserved_mu_;
+  std::unordered_map<uint64_t, Clock::time_point> unserved_;  // guarded by unserved_mu_
+  uint64_t next_unserved_ = 1;                                  // io thread
   std::atomic<bool> draining_{false};
   std::function<void()> drain_done_;
   Clock::time_point drain_deadline_;

@@ -41,7 +41,13 @@ struct WorkerOptions {
   engine::EngineOptions engine;
   std::string worker_id = "worker";
   std::chrono::milliseconds drain_timeout{30000};
+  // Accepted connections (clients, routers' data links): limits, deadlines, the byte budget and,
+  // with auth enabled, the challenge (set connection.server_auth). Beyond max_connections (also
+  // capped below the process's file descriptor limit, see wire/listen.h) a new connection gets a
+  // retryable Error and is closed, so the worker keeps its descriptors for the connections it
+  // serves and its HTTP probes.
   wire::ConnectionOptions connection;
+  int32_t max_connections = 4096;
 
   // Router links (optional): the worker connects out to each router, sends Register (with
   // `advertise`, or listen_host:port() when empty, as the address clients reach it at), and after
@@ -53,6 +59,12 @@ struct WorkerOptions {
   std::chrono::milliseconds load_report_interval{200};
   std::chrono::milliseconds reconnect_min{100};
   std::chrono::milliseconds reconnect_max{5000};
+  // Router links: the cluster secret proven at registration (empty: none), a Ping when the link
+  // is quiet for router_keepalive, and the link closed (then re-established) when nothing
+  // arrives for router_idle_timeout.
+  std::string cluster_secret;
+  std::chrono::milliseconds router_keepalive{1000};
+  std::chrono::milliseconds router_idle_timeout{5000};
 };
 
 class WorkerServer {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/base/status.h"
+#include "runtime/wire/server_flags.h"
 #include "worker/server.h"
 #include "worker/tp_group.h"
 
@@ -35,13 +36,14 @@ bool ParseInt(const std::string& s, long long lo, long long hi, long long* out) 
 constexpr char kUsage[] =
     "usage: chunkserve-worker [--listen HOST:PORT] [--http HOST:PORT] [--model DIR]\n"
     "         [--kv-cache-mb N] [--max-queue N] [--chunk-size N] [--threads N]\n"
-    "         [--drain-timeout-ms N] [--handshake-timeout-ms N] [--idle-timeout-ms N]\n"
+    "         [--drain-timeout-ms N]\n"
     "         [--worker-id ID] [--router HOST:PORT] [--advertise HOST:PORT]\n"
     "         [--load-report-ms N] [--backend cpu|cuda] [--cuda-device N]\n"
     "         [--kv-dtype f32|f16|bf16] [--tp N] [--tp-rendezvous HOST:PORT]\n"
     "         [--tp-timeout-ms N] [--tp-comm gloo|nccl]\n"
     "--backend cuda keeps KV, weights and activations in --kv-dtype (f16, the default, or bf16);\n"
-    "with --tp N it runs N GPU ranks over NCCL, rank r on CUDA device r.\n";
+    "with --tp N it runs N GPU ranks over NCCL, rank r on CUDA device r.\n"
+    "accepted connections (clients and routers' data links):\n";
 
 int Main(int argc, char** argv) {
   int tp_exit = 0;
@@ -49,11 +51,12 @@ int Main(int argc, char** argv) {
   TpGroupOptions tp;
   bool tp_comm_given = false, kv_dtype_given = false;
   WorkerOptions options;
-  options.connection.handshake_timeout = std::chrono::milliseconds(10000);
+  wire::ServerFlags server_flags;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
       std::fputs(kUsage, stdout);
+      std::fputs(wire::ServerFlagsUsage(), stdout);
       return 0;
     }
     if (i + 1 >= argc) {
@@ -86,12 +89,11 @@ int Main(int argc, char** argv) {
     } else if (flag == "--drain-timeout-ms") {
       ok = ParseInt(value, 0, 3600000, &n);
       options.drain_timeout = std::chrono::milliseconds(n);
-    } else if (flag == "--handshake-timeout-ms") {
-      ok = ParseInt(value, 0, 86400000, &n);
-      options.connection.handshake_timeout = std::chrono::milliseconds(n);
-    } else if (flag == "--idle-timeout-ms") {
-      ok = ParseInt(value, 0, 86400000, &n);
-      options.connection.idle_timeout = std::chrono::milliseconds(n);
+    } else if (wire::IsServerFlag(flag)) {
+      if (Status s = wire::ParseServerFlag(flag, value, &server_flags); !s.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+        return 2;
+      }
     } else if (flag == "--worker-id") {
       options.worker_id = value;
     } else if (flag == "--router") {
@@ -140,6 +142,15 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
+
+  Result<wire::ServerConnections> connections = wire::MakeServerConnections(server_flags);
+  if (!connections.ok()) {
+    std::fprintf(stderr, "chunkserve-worker: %s\n", connections.status().ToString().c_str());
+    return 2;
+  }
+  options.connection = connections.value().connection;
+  options.cluster_secret = connections.value().cluster_secret;
+  options.max_connections = connections.value().max_connections;
 
   const bool cuda = options.engine.backend == engine::BackendKind::kCuda;
   if (cuda && !kv_dtype_given) options.engine.kv_dtype = kernels::DType::kF16;

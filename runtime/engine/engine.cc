@@ -150,6 +150,7 @@ class EngineImpl final : public Engine {
     stats_.kv_slots_total = num_slots_;
     stats_.kv_bytes_per_slot = slot_bytes;
     stats_.kv_capacity_tokens = int64_t{num_slots_} * options_.chunk_size;
+    if (const char* stall = std::getenv("CHUNKSERVE_TEST_STALL_FILE")) stall_file_ = stall;
     step_thread_ = std::thread([this] { StepLoop(); });
     return Status::Ok();
   }
@@ -226,6 +227,18 @@ class EngineImpl final : public Engine {
  private:
   void OnFinished(RequestId id) { finished_ids_.push_back(id); }
 
+  // Test hook: while the file named by $CHUNKSERVE_TEST_STALL_FILE exists (read once, at
+  // creation), the step thread takes no step (a frozen engine whose process and links are alive,
+  // for the cluster's liveness tests). Shutdown still works. Unset: one branch per step.
+  bool StalledForTesting() {
+    if (stall_file_.empty()) return false;
+    std::error_code ec;
+    if (!std::filesystem::exists(stall_file_, ec)) return false;
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return abort_ || stopping_; });
+    return !abort_;
+  }
+
   void StepLoop() {
     std::deque<sched::Scheduler::Request> batch;
     for (;;) {
@@ -260,6 +273,7 @@ class EngineImpl final : public Engine {
         }
         continue;
       }
+      if (StalledForTesting()) continue;
       const auto now = Clock::now();
       Status s = scheduler_->Step(now);
       if (!s.ok()) {
@@ -324,6 +338,7 @@ class EngineImpl final : public Engine {
   model::LoadedModel model_;
   const bool owns_model_dir_;
   int32_t num_slots_ = 0;
+  std::filesystem::path stall_file_;  // test hook, see StalledForTesting
   std::unique_ptr<forward::StepRunner> runner_;
   KvEventLog kv_log_;  // declared before tree_: outlives it
   std::unique_ptr<kv::PrefixTree> tree_;

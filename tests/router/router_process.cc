@@ -44,13 +44,15 @@ Result<double> WaitForMetric(uint16_t http_port, const std::string& series,
                              const std::function<bool(double)>& predicate,
                              std::chrono::milliseconds timeout) {
   Result<double> last = Status::NotFound("not polled");
-  WaitFor(
+  const bool met = WaitFor(
       [&] {
         last = Metric(http_port, series);
         return last.ok() && predicate(last.value());
       },
       timeout);
-  return last;
+  if (met || !last.ok()) return last;
+  return Status::DeadlineExceeded(series + " still " + std::to_string(last.value()) + " after " +
+                                  std::to_string(timeout.count()) + " ms");
 }
 
 }  // namespace chunkserve::router::testing

@@ -31,7 +31,8 @@ Result<double> Metric(uint16_t http_port, const std::string& series);
 // Polls `predicate` until it holds or `timeout` passes (returns whether it held).
 bool WaitFor(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
 
-// Polls the metric until `predicate(value)` holds; returns the last value seen (or the error).
+// Polls the metric until `predicate(value)` holds and returns that value; DeadlineExceeded when it
+// still does not hold after `timeout`, the metric's error when it cannot be read.
 Result<double> WaitForMetric(uint16_t http_port, const std::string& series,
                              const std::function<bool(double)>& predicate,
                              std::chrono::milliseconds timeout);
