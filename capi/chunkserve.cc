@@ -387,6 +387,8 @@ const char* chunkserve_status_name(chunkserve_status_t status) {
       return "DATA_LOSS";
     case CHUNKSERVE_STATUS_ABORTED:
       return "ABORTED";
+    case CHUNKSERVE_STATUS_UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
     default:
       return "UNKNOWN";
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/base/finish_reason.h"
+#include "runtime/wire/auth.h"
 #include "runtime/wire/connection.h"
 #include "runtime/wire/framing.h"
 
@@ -28,7 +29,8 @@ class ClientCore {
   explicit ClientCore(RemoteClientOptions o)
       : options(std::move(o)),
         peer(options.host + ":" + std::to_string(options.port)),
-        keepalive(io) {}
+        keepalive(io),
+        reconnect_timer(io) {}
 
   // A request in flight: its stream and what its terminal event needs to report.
   struct Live {
@@ -41,6 +43,11 @@ class ClientCore {
   const RemoteClientOptions options;
   const std::string peer;        // "host:port", for messages
   asio::steady_timer keepalive;  // network thread only (and before it starts)
+  asio::steady_timer reconnect_timer;         // network thread only
+  std::chrono::milliseconds backoff{0};       // network thread only
+  std::string auth_key;                       // proven when the server challenges
+  // Requests with a deadline: a timer that ends the request locally a grace period after it.
+  std::unordered_map<uint64_t, std::shared_ptr<asio::steady_timer>> deadline_timers;
 
   // Requests cancelled by the client, each with a timer that ends it locally if the server does
   // not answer the Cancel in time (network thread only).
@@ -51,7 +58,10 @@ class ClientCore {
   std::unordered_map<uint64_t, Live> live;       // guarded by mu
   uint64_t next_id = 1;                          // guarded by mu
   std::string down_reason;                       // guarded by mu; why connection is null
+  StatusCode down_code = StatusCode::kUnavailable;  // guarded by mu; Submit's answer while down
   std::string server_error;                      // guarded by mu; last connection-level Error
+  StatusCode server_error_code = StatusCode::kOk;  // guarded by mu
+  bool closing = false;                          // guarded by mu; destroyed: no reconnect
 };
 
 namespace {
@@ -75,7 +85,7 @@ std::vector<uint8_t> CancelFrame(uint64_t id) {
 
 StatusCode FromWire(wire::schema::ErrorCode code) {
   const auto v = static_cast<uint16_t>(code);
-  return v <= static_cast<uint16_t>(StatusCode::kAborted) ? static_cast<StatusCode>(v)
+  return v <= static_cast<uint16_t>(StatusCode::kUnauthenticated) ? static_cast<StatusCode>(v)
                                                           : StatusCode::kInternal;
 }
 
@@ -89,17 +99,26 @@ FinishReason FromWire(wire::schema::FinishReason reason) {
 // Removes and returns every live request and marks the core down (network thread, or after it
 // stopped). Returns the connection that was up, if any.
 std::shared_ptr<wire::Connection> MarkDown(ClientCore& c, const std::string& reason,
-                                           std::unordered_map<uint64_t, ClientCore::Live>* live) {
+                                           std::unordered_map<uint64_t, ClientCore::Live>* live,
+                                           StatusCode code = StatusCode::kUnavailable) {
   std::lock_guard<std::mutex> lock(c.mu);
   if (c.down_reason.empty()) c.down_reason = reason;
+  c.down_code = code;
   live->swap(c.live);
   return std::move(c.connection);
+}
+
+// What Submit answers while there is no connection. Called with c.mu held.
+Status NotConnected(const ClientCore& c) {
+  return Status(c.down_code, "not connected: " + c.down_reason);
 }
 
 void EndAll(std::unordered_map<uint64_t, ClientCore::Live>& live, const Status& status) {
   for (auto& [id, l] : live) {
     sched::FinishInfo info;
-    info.reason = FinishReason::kUnavailable;
+    // Lost with the connection: retryable, unless the server refused the client's credentials.
+    info.reason = status.code() == StatusCode::kUnauthenticated ? FinishReason::kError
+                                                                 : FinishReason::kUnavailable;
     info.error = status;
     info.prompt_tokens = l.prompt_tokens;
     info.generated_tokens = l.generated;
@@ -121,6 +140,57 @@ void CancelTimers(ClientCore& c) {
   CancelTimer(c.keepalive);
   for (auto& [id, timer] : c.cancel_timers) CancelTimer(*timer);
   c.cancel_timers.clear();
+  for (auto& [id, timer] : c.deadline_timers) CancelTimer(*timer);
+  c.deadline_timers.clear();
+}
+
+void ScheduleReconnect(ClientCore& c);
+
+// Ends live request `id` here, without the server (which may then be told to stop); nothing
+// when it already ended.
+void EndLocally(ClientCore& c, uint64_t id, FinishReason reason, const Status& error,
+                bool tell_server) {
+  ClientCore::Live l;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.live.find(id);
+    if (it == c.live.end()) return;
+    l = std::move(it->second);
+    c.live.erase(it);
+    if (tell_server && c.connection != nullptr) (void)c.connection->SendBytes(CancelFrame(id));
+  }
+  sched::FinishInfo info;
+  info.reason = reason;
+  info.error = error;
+  info.prompt_tokens = l.prompt_tokens;
+  info.generated_tokens = l.generated;
+  l.stream->PushFinish(info);
+}
+
+// A request's deadline passed a grace period ago and the server has not ended it: end it here
+// (kDeadline) and tell the server to stop (network thread).
+constexpr auto kDeadlineGrace = std::chrono::seconds(1);
+void ArmDeadline(ClientCore& c, uint64_t id, std::chrono::milliseconds deadline) {
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (c.live.count(id) == 0) return;
+  }
+  auto timer = std::make_shared<asio::steady_timer>(c.io, deadline + kDeadlineGrace);
+  c.deadline_timers[id] = timer;
+  timer->async_wait([&c, id, timer](const asio::error_code& ec) {
+    if (ec) return;
+    c.deadline_timers.erase(id);
+    EndLocally(c, id, FinishReason::kDeadline,
+               Status::DeadlineExceeded(c.peer + " did not end the request by its deadline"),
+               /*tell_server=*/true);
+  });
+}
+
+void DisarmDeadline(ClientCore& c, uint64_t id) {
+  auto it = c.deadline_timers.find(id);
+  if (it == c.deadline_timers.end()) return;
+  CancelTimer(*it->second);
+  c.deadline_timers.erase(it);
 }
 
 // How long a cancelled request waits for the server's Finish before it is ended here: a server
@@ -141,19 +211,7 @@ void ArmCancelGrace(ClientCore& c, uint64_t id) {
   timer->async_wait([&c, id, timer](const asio::error_code& ec) {
     if (ec) return;  // answered in time, or shutting down
     c.cancel_timers.erase(id);
-    ClientCore::Live l;
-    {
-      std::lock_guard<std::mutex> lock(c.mu);
-      auto it = c.live.find(id);
-      if (it == c.live.end()) return;
-      l = std::move(it->second);
-      c.live.erase(it);
-    }
-    sched::FinishInfo info;
-    info.reason = FinishReason::kCancelled;
-    info.prompt_tokens = l.prompt_tokens;
-    info.generated_tokens = l.generated;
-    l.stream->PushFinish(info);
+    EndLocally(c, id, FinishReason::kCancelled, Status::Ok(), /*tell_server=*/false);
   });
 }
 
@@ -175,18 +233,31 @@ void DisarmCancelGrace(ClientCore& c, uint64_t id) {
 void OnClose(ClientCore& c, const Status& reason) {
   std::string why =
       reason.ok() ? std::string("the server closed the connection") : std::string(reason.message());
+  // Refused for its credentials (by the server, or here: no key to answer a challenge), the
+  // client says so: retrying the same request cannot help until the key is fixed.
+  bool unauthenticated = reason.code() == StatusCode::kUnauthenticated;
   {
     std::lock_guard<std::mutex> lock(c.mu);
     if (!c.server_error.empty()) why += " (server said: " + c.server_error + ")";
+    unauthenticated |= c.server_error_code == StatusCode::kUnauthenticated;
   }
   const std::string message = "connection to " + c.peer + " lost: " + why;
   std::unordered_map<uint64_t, ClientCore::Live> live;
-  MarkDown(c, message, &live);
+  MarkDown(c, message, &live,
+           unauthenticated ? StatusCode::kUnauthenticated : StatusCode::kUnavailable);
   CancelTimers(c);
-  EndAll(live, Status::Unavailable(message));
+  EndAll(live, unauthenticated ? Status::Unauthenticated(message) : Status::Unavailable(message));
+  bool closing;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    closing = c.closing;
+    if (!closing && c.options.reconnect) c.down_reason = message + "; reconnecting";
+  }
+  if (!closing && c.options.reconnect) ScheduleReconnect(c);
 }
 
 void OnMessage(ClientCore& c, wire::DecodedMessage& message) {
+  c.backoff = std::chrono::milliseconds(0);  // the server answers: a later loss starts over
   Envelope::Reader root = message.root();
   switch (root.which()) {
     case Envelope::TOKEN: {
@@ -213,6 +284,7 @@ void OnMessage(ClientCore& c, wire::DecodedMessage& message) {
         c.live.erase(it);
       }
       DisarmCancelGrace(c, f.getRequestId());
+      DisarmDeadline(c, f.getRequestId());
       sched::FinishInfo info;
       info.reason = FromWire(f.getReason());
       info.prompt_tokens = f.getPromptTokens();
@@ -241,6 +313,7 @@ void OnMessage(ClientCore& c, wire::DecodedMessage& message) {
         if (code != StatusCode::kUnimplemented) {
           std::lock_guard<std::mutex> lock(c.mu);
           c.server_error = text;
+          c.server_error_code = code;
         }
         return;
       }
@@ -253,6 +326,7 @@ void OnMessage(ClientCore& c, wire::DecodedMessage& message) {
         c.live.erase(it);
       }
       DisarmCancelGrace(c, e.getRequestId());
+      DisarmDeadline(c, e.getRequestId());
       sched::FinishInfo info;
       info.reason =
           code == StatusCode::kUnavailable ? FinishReason::kUnavailable : FinishReason::kError;
@@ -293,6 +367,81 @@ void EnableTcpKeepalive(asio::ip::tcp::socket& socket) {
   (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
   (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
   (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+}
+
+// Starts serving a connected socket (network thread, or before it runs).
+void StartConnection(ClientCore& c, asio::ip::tcp::socket socket) {
+  EnableTcpKeepalive(socket);
+  // The connection's own deadlines stay off: a client may wait arbitrarily long for tokens.
+  wire::ConnectionOptions options;
+  if (!c.auth_key.empty()) {
+    options.client_auth = wire::ClientAuth{c.auth_key, wire::schema::AuthRole::CLIENT};
+  }
+  auto connection = wire::Connection::Create(std::move(socket), options);
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.connection = connection;
+    c.down_reason.clear();
+    c.down_code = StatusCode::kUnavailable;
+    c.server_error.clear();
+    c.server_error_code = StatusCode::kOk;
+  }
+  ClientCore* raw = &c;  // handlers run on the network thread, which the core outlives
+  connection->Start([raw](wire::DecodedMessage& m) { OnMessage(*raw, m); },
+                    [raw](const Status& reason) { OnClose(*raw, reason); });
+  // A first frame right away: servers close connections whose first frame is late (the worker's
+  // handshake deadline), and a client may connect long before it submits.
+  (void)connection->SendBytes(HealthFrame());
+  ArmKeepalive(c);
+}
+
+// Network thread: connects again after `backoff`, resolving the host each time (a restarted
+// router may come back at another address).
+void ScheduleReconnect(ClientCore& c) {
+  c.backoff = c.backoff.count() == 0 ? c.options.reconnect_min
+                                     : std::min(c.backoff * 2, c.options.reconnect_max);
+  c.reconnect_timer.expires_after(c.backoff);
+  c.reconnect_timer.async_wait([&c](const asio::error_code& ec) {
+    if (ec) return;
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      if (c.closing) return;
+    }
+    auto resolver = std::make_shared<asio::ip::tcp::resolver>(c.io);
+    resolver->async_resolve(
+        c.options.host, std::to_string(c.options.port), asio::ip::resolver_base::numeric_service,
+        [&c, resolver](const asio::error_code& e, asio::ip::tcp::resolver::results_type results) {
+          if (e) {
+            ScheduleReconnect(c);
+            return;
+          }
+          auto socket = std::make_shared<asio::ip::tcp::socket>(c.io);
+          auto timer = std::make_shared<asio::steady_timer>(c.io, c.options.connect_timeout);
+          timer->async_wait([socket](const asio::error_code& te) {
+            if (!te) {
+              asio::error_code ignored;
+              socket->close(ignored);  // the connect handler runs with operation_aborted
+            }
+          });
+          asio::async_connect(*socket, results,
+                              [&c, socket, timer](const asio::error_code& ce, const auto&) {
+                                CancelTimer(*timer);
+                                bool closing;
+                                {
+                                  std::lock_guard<std::mutex> lock(c.mu);
+                                  closing = c.closing;
+                                }
+                                if (closing) return;
+                                if (ce) {
+                                  ScheduleReconnect(c);
+                                  return;
+                                }
+                                // The backoff resets on the first frame received, not here:
+                                // a server that accepts and closes at once is not hammered.
+                                StartConnection(c, std::move(*socket));
+                              });
+        });
+  });
 }
 
 void RunLoop(ClientCore& c) {
@@ -338,18 +487,17 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::Connect(const RemoteClientOp
   if (connect_ec) {
     return Status::Unavailable("cannot connect to " + peer + ": " + connect_ec.message());
   }
-  EnableTcpKeepalive(socket);
-
-  // The connection's own deadlines stay off: a client may wait arbitrarily long for tokens.
-  auto connection = wire::Connection::Create(std::move(socket), wire::ConnectionOptions{});
-  c.connection = connection;
-  ClientCore* raw = core.get();  // handlers run on the network thread, which the core outlives
-  connection->Start([raw](wire::DecodedMessage& m) { OnMessage(*raw, m); },
-                    [raw](const Status& reason) { OnClose(*raw, reason); });
-  // A first frame right away: servers close connections whose first frame is late (the worker's
-  // handshake deadline), and a client may connect long before it submits.
-  CHUNKSERVE_RETURN_IF_ERROR(connection->SendBytes(HealthFrame()));
-  ArmKeepalive(c);
+  c.auth_key = options.auth_key;
+  if (c.auth_key.empty() && options.auth_from_env) {
+    for (const char* env : {wire::kClientTokenEnv, wire::kClusterSecretEnv}) {
+      Result<std::string> key = wire::LoadSecret("", env);
+      if (key.ok() && !key.value().empty()) {
+        c.auth_key = key.value();
+        break;
+      }
+    }
+  }
+  StartConnection(c, std::move(socket));
 
   std::unique_ptr<RemoteClient> client(new RemoteClient());
   client->core_ = core;
@@ -360,6 +508,11 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::Connect(const RemoteClientOp
 RemoteClient::~RemoteClient() {
   ClientCore* c = core_.get();
   const auto shut_down = [c] {
+    {
+      std::lock_guard<std::mutex> lock(c->mu);
+      c->closing = true;
+    }
+    CancelTimer(c->reconnect_timer);
     std::unordered_map<uint64_t, ClientCore::Live> live;
     std::shared_ptr<wire::Connection> connection = MarkDown(*c, "the client was destroyed", &live);
     CancelTimers(*c);
@@ -390,7 +543,7 @@ Result<std::shared_ptr<sched::RequestStream>> RemoteClient::Submit(const RemoteR
   uint64_t id = 0;
   {
     std::lock_guard<std::mutex> lock(c.mu);
-    if (c.connection == nullptr) return Status::Unavailable("not connected: " + c.down_reason);
+    if (c.connection == nullptr) return NotConnected(c);
     id = c.next_id++;
   }
   capnp::MallocMessageBuilder builder;
@@ -416,7 +569,7 @@ Result<std::shared_ptr<sched::RequestStream>> RemoteClient::Submit(const RemoteR
 
   auto stream = std::make_shared<sched::RequestStream>(RequestId(id));
   std::lock_guard<std::mutex> lock(c.mu);
-  if (c.connection == nullptr) return Status::Unavailable("not connected: " + c.down_reason);
+  if (c.connection == nullptr) return NotConnected(c);
   // Registered before the frame is queued, so that the first Token finds it.
   ClientCore::Live& l = c.live[id];
   l.stream = stream;
@@ -425,6 +578,10 @@ Result<std::shared_ptr<sched::RequestStream>> RemoteClient::Submit(const RemoteR
   if (!sent.ok()) {
     c.live.erase(id);
     return Status(sent.code(), "sending to " + c.peer + ": " + std::string(sent.message()));
+  }
+  if (request.deadline_ms > 0) {
+    const auto deadline = std::chrono::milliseconds(request.deadline_ms);
+    asio::post(c.io, [&c, id, deadline] { ArmDeadline(c, id, deadline); });
   }
   return stream;
 }

@@ -5,9 +5,18 @@
 // the C stream functions work unchanged; the client's network thread (one Asio io_context per
 // client, running a wire::Connection) is the producer that pushes Token / Finish events into it.
 // Server-side rejections (Error with the request's id) become the stream's terminal event. When
-// the connection ends for any reason, every live stream ends with kUnavailable. A cancelled
-// request whose Finish does not arrive within a few seconds is ended locally (kCancelled), so a
-// hung server cannot leave a cancelled stream waiting.
+// the connection ends for any reason, every live stream ends with kUnavailable (retryable: the
+// caller may submit it again) and, with `reconnect`, the client connects again with exponential
+// backoff (reconnect_min .. reconnect_max) until it is destroyed; Submit answers Unavailable
+// ("reconnecting") meanwhile. A cancelled request whose Finish does not arrive within a few
+// seconds is ended locally (kCancelled), and a request with a deadline that the server has not
+// ended a second after it is ended locally (kDeadline), so no stream waits forever on a server.
+//
+// Authentication: when the server challenges (wire/auth.h), the client proves `auth_key` as a
+// client; by default that is $CHUNKSERVE_CLIENT_TOKEN, else $CHUNKSERVE_CLUSTER_SECRET (neither
+// set: no key, and a challenging server refuses the client). A refusal for credentials ends live
+// streams with kError / Unauthenticated (not retryable as is) and Submit answers Unauthenticated
+// until a connection is up again.
 //
 // Lifetime: streams keep a std::weak_ptr to the shared ClientCore (to send Cancel and to forget
 // their id when destroyed), so they may outlive the client; the io_context lives in the core and
@@ -34,6 +43,11 @@ struct RemoteClientOptions {
   uint16_t port = 0;
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds keepalive_interval{5000};  // 0: no keepalive probes
+  bool reconnect = true;
+  std::chrono::milliseconds reconnect_min{100};
+  std::chrono::milliseconds reconnect_max{5000};
+  std::string auth_key;        // empty: from the environment (see above) when auth_from_env
+  bool auth_from_env = true;
 };
 
 // A request as sent: the engine's options plus the relative deadline the wire carries.

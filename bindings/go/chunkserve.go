@@ -65,6 +65,7 @@ const (
 	Unimplemented      Code = C.CHUNKSERVE_STATUS_UNIMPLEMENTED
 	DataLoss           Code = C.CHUNKSERVE_STATUS_DATA_LOSS
 	Aborted            Code = C.CHUNKSERVE_STATUS_ABORTED
+	Unauthenticated    Code = C.CHUNKSERVE_STATUS_UNAUTHENTICATED
 )
 
 // String returns the code's stable name, e.g. "INVALID_ARGUMENT".

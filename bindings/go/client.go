@@ -27,9 +27,11 @@ type ClientOptions struct {
 
 // Client is a connection to a remote chunkserve-router or chunkserve-worker. Generate returns the
 // same Stream type as Engine.Submit. Safe for concurrent use. When the connection fails or the
-// server goes away, live streams end with FinishUnavailable (ErrUnavailable, retryable) and later
-// calls to Generate fail with ErrUnavailable; the client does not reconnect, so Close it and
-// Dial again. Close it when done; its streams stay valid and must be closed too.
+// server goes away, live streams end with FinishUnavailable (ErrUnavailable, retryable); the
+// client reconnects by itself (backoff 100 ms doubling to 5 s) and calls to Generate fail with
+// ErrUnavailable until it is back. A server with a cluster secret is answered with
+// $CHUNKSERVE_CLIENT_TOKEN, else $CHUNKSERVE_CLUSTER_SECRET; without the right key Generate fails
+// with Unauthenticated. Close it when done; its streams stay valid and must be closed too.
 type Client struct {
 	mu  sync.RWMutex // read: calls into the client; write: Close
 	ptr *C.chunkserve_client_t

@@ -45,8 +45,9 @@ TEST(CapiVersionTest, StatusNamesAreStable) {
   EXPECT_STREQ(chunkserve_status_name(CHUNKSERVE_STATUS_OK), "OK");
   EXPECT_STREQ(chunkserve_status_name(CHUNKSERVE_STATUS_INVALID_ARGUMENT), "INVALID_ARGUMENT");
   EXPECT_STREQ(chunkserve_status_name(CHUNKSERVE_STATUS_ABORTED), "ABORTED");
+  EXPECT_STREQ(chunkserve_status_name(CHUNKSERVE_STATUS_UNAUTHENTICATED), "UNAUTHENTICATED");
   EXPECT_STREQ(chunkserve_status_name(-1), "UNKNOWN");
-  EXPECT_STREQ(chunkserve_status_name(14), "UNKNOWN");
+  EXPECT_STREQ(chunkserve_status_name(15), "UNKNOWN");
 }
 
 TEST(CapiVersionTest, FinishReasonNamesAreStable) {

@@ -2,8 +2,10 @@
 // 127.0.0.1 with an ephemeral port: the same greedy tokens as the in-process engine, callbacks,
 // cancellation, server-side rejections, the worker killed mid-stream (SIGKILL), a closed port,
 // bad arguments, many threads on one client, destroying the client under live streams, and a
-// connection kept open past the worker's handshake and idle deadlines, and the same tokens
-// through a real chunkserve-router in front of the worker.
+// connection kept open past the worker's handshake and idle deadlines, the same tokens through a
+// real chunkserve-router in front of the worker, that router killed and restarted under load
+// (the client reconnects by itself), and a router with a cluster secret and client token (the
+// token from the environment works; none or a wrong one ends requests UNAUTHENTICATED).
 //
 // The client is driven through the public header only; tests/worker's WorkerProcess starts and
 // kills the worker.
@@ -567,7 +569,16 @@ class RouterProcess {
     if (fd_ >= 0) ::close(fd_);
   }
 
-  bool Start() {
+  // Starts the router on `listen` (127.0.0.1:0: an ephemeral port); a second Start after Kill
+  // brings up a new router process.
+  bool Start(const std::string& listen = "127.0.0.1:0", std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {CHUNKSERVE_ROUTER_BIN, "--listen", listen};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
     int fds[2];
     if (::pipe(fds) != 0) return false;
     pid_ = ::fork();
@@ -576,8 +587,7 @@ class RouterProcess {
       ::dup2(fds[1], 1);
       ::close(fds[0]);
       ::close(fds[1]);
-      ::execl(CHUNKSERVE_ROUTER_BIN, CHUNKSERVE_ROUTER_BIN, "--listen", "127.0.0.1:0",
-              static_cast<char*>(nullptr));
+      ::execv(CHUNKSERVE_ROUTER_BIN, argv.data());
       ::_exit(127);
     }
     ::close(fds[1]);
@@ -603,11 +613,34 @@ class RouterProcess {
 
   uint16_t port() const { return port_; }
 
+  void Kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
  private:
   pid_t pid_ = -1;
   int fd_ = -1;
   uint16_t port_ = 0;
 };
+
+// Submits until the router has a worker: before the worker registers it answers "no workers
+// available" (retryable, FINISH_UNAVAILABLE). Gives up after 60 s with the last outcome.
+Outcome SubmitOnceServed(chunkserve_client_t* client, const std::vector<int32_t>& prompt,
+                         int32_t max_new) {
+  Outcome out;
+  const auto give_up = std::chrono::steady_clock::now() + 60s;
+  do {
+    StreamPtr stream = SubmitRemote(client, prompt, max_new);
+    if (stream == nullptr) return out;
+    out = Drain(stream.get());
+    if (out.finish.finish_reason != CHUNKSERVE_FINISH_UNAVAILABLE) break;
+    std::this_thread::sleep_for(50ms);
+  } while (std::chrono::steady_clock::now() < give_up);
+  return out;
+}
 
 TEST(CHUNKSERVE_CLIENT_SUITE, ThroughARouterTheSameTokens) {
   RouterProcess router;
@@ -617,18 +650,165 @@ TEST(CHUNKSERVE_CLIENT_SUITE, ThroughARouterTheSameTokens) {
   ClientPtr client = ConnectOrDie(router.port());
   ASSERT_NE(client, nullptr);
   const std::vector<int32_t> prompt = Prompt(70, 16);
-  // Until the worker has registered, the router answers "no workers available" (retryable).
-  Outcome out;
-  const auto give_up = std::chrono::steady_clock::now() + 60s;
-  do {
-    StreamPtr stream = SubmitRemote(client.get(), prompt, 10);
-    ASSERT_NE(stream, nullptr);
-    out = Drain(stream.get());
-    if (out.finish.finish_reason != CHUNKSERVE_FINISH_UNAVAILABLE) break;
-    std::this_thread::sleep_for(50ms);
-  } while (std::chrono::steady_clock::now() < give_up);
+  const Outcome out = SubmitOnceServed(client.get(), prompt, 10);
   EXPECT_EQ(out.finish.finish_reason, CHUNKSERVE_FINISH_LENGTH) << out.message;
   EXPECT_EQ(out.tokens, InProcessTokens(prompt, 10));
+}
+
+// The router is killed (SIGKILL) and restarted on the same port while two threads keep
+// submitting through one client: the client reconnects by itself, requests succeed again, and no
+// stream outlives its deadline (plus the client's one-second grace) whatever happened to it.
+TEST(CHUNKSERVE_CLIENT_SUITE, AClientRidesOutARouterRestart) {
+  RouterProcess router;
+  ASSERT_TRUE(router.Start());
+  const uint16_t port = router.port();
+  auto worker = StartWorker({"--router", "127.0.0.1:" + std::to_string(port)});
+  ASSERT_NE(worker, nullptr);
+  ClientPtr client = ConnectOrDie(port);
+  ASSERT_NE(client, nullptr);
+
+  constexpr uint64_t kDeadlineMs = 4000;
+  struct Attempt {
+    chunkserve_status_t submit = CHUNKSERVE_STATUS_OK;
+    int32_t finish = -1;
+    std::chrono::steady_clock::time_point at;
+    std::chrono::steady_clock::duration took{};
+  };
+  std::mutex mu;
+  std::vector<Attempt> results;
+  std::atomic<bool> stop{false};
+  auto load = [&](int seed) {
+    for (int i = 0; !stop.load(); ++i) {
+      const std::vector<int32_t> prompt = Prompt(24, seed * 1000 + i % 7);
+      chunkserve_request_options_t r = RequestFor(prompt, 6);
+      r.deadline_ms = kDeadlineMs;
+      Attempt res;
+      res.at = std::chrono::steady_clock::now();
+      chunkserve_stream_t* raw = nullptr;
+      res.submit = chunkserve_client_submit(client.get(), &r, &raw, nullptr);
+      if (res.submit == CHUNKSERVE_STATUS_OK) {
+        StreamPtr stream(raw);
+        res.finish = Drain(stream.get()).finish.finish_reason;
+      }
+      res.took = std::chrono::steady_clock::now() - res.at;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        results.push_back(res);
+      }
+      if (res.submit != CHUNKSERVE_STATUS_OK || res.finish != CHUNKSERVE_FINISH_LENGTH) {
+        std::this_thread::sleep_for(20ms);  // a caller's retry pause
+      }
+    }
+  };
+  auto successes_since = [&](std::chrono::steady_clock::time_point t) {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::count_if(results.begin(), results.end(), [&](const Attempt& r) {
+      return r.at >= t && r.finish == CHUNKSERVE_FINISH_LENGTH;
+    });
+  };
+  std::thread a(load, 1), b(load, 2);
+  // Served before the restart (the worker registers first).
+  const auto started = std::chrono::steady_clock::now();
+  WaitFor([&] { return successes_since(started) >= 4; });
+
+  router.Kill();
+  const auto killed = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(300ms);
+  bool restarted = false;
+  for (int attempt = 0; attempt < 50 && !restarted; ++attempt) {
+    restarted = router.Start("127.0.0.1:" + std::to_string(port));
+    if (!restarted) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(restarted);
+  // The worker registers with the new router and the same client is served again.
+  WaitFor([&] { return successes_since(killed + 300ms) >= 4; });
+  const double back_after =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  stop = true;
+  a.join();
+  b.join();
+
+  int refused = 0, lost = 0, ok = 0;
+  for (const Attempt& r : results) {
+    EXPECT_LT(r.took, std::chrono::milliseconds(kDeadlineMs) + 2s);
+    if (r.submit != CHUNKSERVE_STATUS_OK) {
+      EXPECT_EQ(r.submit, CHUNKSERVE_STATUS_UNAVAILABLE);  // retryable, while reconnecting
+      ++refused;
+    } else if (r.finish == CHUNKSERVE_FINISH_LENGTH) {
+      ++ok;
+    } else {
+      // Ended by the restart (connection lost, no worker yet) or by the deadline: never a hang.
+      EXPECT_TRUE(r.finish == CHUNKSERVE_FINISH_UNAVAILABLE ||
+                  r.finish == CHUNKSERVE_FINISH_DEADLINE)
+          << r.finish;
+      ++lost;
+    }
+  }
+  std::printf("router restart under load: %d served, %d ended by the restart, %d submits refused "
+              "while reconnecting; served again %.1f s after the kill\n",
+              ok, lost, refused, back_after);
+}
+
+// A router with a cluster secret and a client token: the client proves the token from
+// $CHUNKSERVE_CLIENT_TOKEN; without it (or with a wrong one) its requests end UNAUTHENTICATED,
+// not as a retryable loss.
+TEST(CHUNKSERVE_CLIENT_SUITE, AuthenticatesWithTheTokenFromTheEnvironment) {
+  char dir_template[] = "/tmp/chunkserve_client_auth_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const std::string secret = dir + "/secret", token = dir + "/token";
+  {
+    FILE* f = std::fopen(secret.c_str(), "w");
+    std::fputs("0123456789abcdef0123456789abcdef\n", f);
+    std::fclose(f);
+    f = std::fopen(token.c_str(), "w");
+    std::fputs("client-token-0123456789abcdef\n", f);
+    std::fclose(f);
+  }
+  RouterProcess router;
+  ASSERT_TRUE(router.Start("127.0.0.1:0", {"--secret-file", secret, "--client-token-file", token}));
+  auto worker = StartWorker({"--router", "127.0.0.1:" + std::to_string(router.port()),
+                             "--secret-file", secret});
+  ASSERT_NE(worker, nullptr);
+  const std::vector<int32_t> prompt = Prompt(30, 4);
+
+  for (const char* key : {static_cast<const char*>(nullptr), "wrong-token-0123456789abcdef"}) {
+    if (key == nullptr) {
+      ::unsetenv("CHUNKSERVE_CLIENT_TOKEN");
+    } else {
+      ::setenv("CHUNKSERVE_CLIENT_TOKEN", key, 1);
+    }
+    ::unsetenv("CHUNKSERVE_CLUSTER_SECRET");
+    ClientPtr client = ConnectOrDie(router.port());
+    ASSERT_NE(client, nullptr);
+    // Every attempt is refused with that code, while the client keeps reconnecting: at submit
+    // (between connections) or as the stream's end (sent on a fresh connection).
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      const chunkserve_request_options_t r = RequestFor(prompt, 4);
+      chunkserve_stream_t* raw = nullptr;
+      ErrorPtr error;
+      const chunkserve_status_t submitted = chunkserve_client_submit(client.get(), &r, &raw, Out(error));
+      if (submitted != CHUNKSERVE_STATUS_OK) {
+        EXPECT_EQ(submitted, CHUNKSERVE_STATUS_UNAUTHENTICATED) << chunkserve_error_message(error.get());
+        std::this_thread::sleep_for(30ms);
+        continue;
+      }
+      StreamPtr stream(raw);
+      const Outcome out = Drain(stream.get());
+      EXPECT_EQ(out.finish.finish_reason, CHUNKSERVE_FINISH_ERROR) << out.message;
+      EXPECT_EQ(out.finish.status, CHUNKSERVE_STATUS_UNAUTHENTICATED) << out.message;
+    }
+  }
+
+  ::setenv("CHUNKSERVE_CLIENT_TOKEN", "client-token-0123456789abcdef", 1);
+  ClientPtr client = ConnectOrDie(router.port());
+  ::unsetenv("CHUNKSERVE_CLIENT_TOKEN");
+  ASSERT_NE(client, nullptr);
+  const Outcome out = SubmitOnceServed(client.get(), prompt, 4);
+  EXPECT_EQ(out.finish.finish_reason, CHUNKSERVE_FINISH_LENGTH) << out.message;
+  std::remove(secret.c_str());
+  std::remove(token.c_str());
+  ::rmdir(dir.c_str());
 }
 #endif  // CHUNKSERVE_ROUTER_BIN
 

@@ -109,6 +109,7 @@ typedef int32_t chunkserve_status_t;
 #define CHUNKSERVE_STATUS_UNIMPLEMENTED 11      /* not available in this build */
 #define CHUNKSERVE_STATUS_DATA_LOSS 12          /* corrupt or truncated model files */
 #define CHUNKSERVE_STATUS_ABORTED 13
+#define CHUNKSERVE_STATUS_UNAUTHENTICATED 14    /* missing or wrong cluster secret / client token */
 
 /* The stable upper-case name of a code ("INVALID_ARGUMENT"); "UNKNOWN" for other values. The
  * string is static; never free it. */
@@ -409,8 +410,16 @@ CHUNKSERVE_API void chunkserve_stream_destroy(chunkserve_stream_t* stream);
  *    (retryable: the server drains or shuts down).
  *  - When the connection fails or the server goes away, every live stream ends with
  *    CHUNKSERVE_FINISH_UNAVAILABLE, status UNAVAILABLE and a message naming the server and the
- *    cause; later submits fail with UNAVAILABLE. The client does not reconnect: destroy it and
- *    create a new one (a request may be retried, e.g. through a router, since it is retryable).
+ *    cause (the FINISHED event counts the tokens already delivered, so the caller knows what it
+ *    has; the request is safe to submit again). The client then reconnects by itself, with
+ *    backoff from 100 ms doubling to 5 s, until it is destroyed; submits meanwhile fail at once
+ *    with UNAVAILABLE ("not connected: ...; reconnecting") and succeed again once it is back.
+ *  - A request with deadline_ms that the server has not ended a second after its deadline is
+ *    ended here with FINISH_DEADLINE: no stream waits past its deadline on any server.
+ *  - Authentication: a server with a cluster secret challenges every connection; the client
+ *    answers with $CHUNKSERVE_CLIENT_TOKEN, else $CHUNKSERVE_CLUSTER_SECRET (an HMAC proof; the
+ *    key never crosses the wire). Without a key, or with a wrong one, live streams end with
+ *    CHUNKSERVE_FINISH_ERROR and status UNAUTHENTICATED, and submits fail with UNAUTHENTICATED.
  *  - Stream callbacks run on the client's network thread (one per client) instead of an engine's
  *    step thread; the same rules apply, and a callback must not call chunkserve_client_destroy.
  *  - chunkserve_stream_id is the id the client gave the request (unique per client, from 1);

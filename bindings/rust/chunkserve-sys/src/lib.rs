@@ -131,6 +131,7 @@ constants! {
     pub const CHUNKSERVE_STATUS_UNIMPLEMENTED: chunkserve_status_t = 11;
     pub const CHUNKSERVE_STATUS_DATA_LOSS: chunkserve_status_t = 12;
     pub const CHUNKSERVE_STATUS_ABORTED: chunkserve_status_t = 13;
+    pub const CHUNKSERVE_STATUS_UNAUTHENTICATED: chunkserve_status_t = 14;
 
     pub const CHUNKSERVE_FINISH_STOP_TOKEN: i32 = 0;
     pub const CHUNKSERVE_FINISH_LENGTH: i32 = 1;

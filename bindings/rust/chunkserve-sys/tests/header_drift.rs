@@ -229,6 +229,7 @@ fn header_parser_sees_the_whole_api() {
     );
     assert!(h.structs.contains_key("chunkserve_engine_options_t"));
     assert_eq!(h.constants.get("CHUNKSERVE_STATUS_ABORTED"), Some(&13));
+    assert_eq!(h.constants.get("CHUNKSERVE_STATUS_UNAUTHENTICATED"), Some(&14));
     assert_eq!(c_to_rust("const char*"), "*constc_char");
     assert_eq!(
         c_to_rust("chunkserve_error_t**"),

@@ -47,6 +47,7 @@ pub enum Code {
     Unimplemented,
     DataLoss,
     Aborted,
+    Unauthenticated,
     /// A code this version of the crate does not know (treat like `Internal`).
     Unknown(i32),
 }
@@ -68,6 +69,7 @@ impl Code {
             sys::CHUNKSERVE_STATUS_UNIMPLEMENTED => Code::Unimplemented,
             sys::CHUNKSERVE_STATUS_DATA_LOSS => Code::DataLoss,
             sys::CHUNKSERVE_STATUS_ABORTED => Code::Aborted,
+            sys::CHUNKSERVE_STATUS_UNAUTHENTICATED => Code::Unauthenticated,
             other => Code::Unknown(other),
         }
     }
@@ -88,6 +90,7 @@ impl Code {
             Code::Unimplemented => sys::CHUNKSERVE_STATUS_UNIMPLEMENTED,
             Code::DataLoss => sys::CHUNKSERVE_STATUS_DATA_LOSS,
             Code::Aborted => sys::CHUNKSERVE_STATUS_ABORTED,
+            Code::Unauthenticated => sys::CHUNKSERVE_STATUS_UNAUTHENTICATED,
             Code::Unknown(raw) => raw,
         }
     }
@@ -414,8 +417,11 @@ pub struct ClientOptions {
 
 /// A connection to a remote chunkserve-router or chunkserve-worker. [`Client::submit`] returns
 /// the same [`Stream`] as [`Engine::submit`]. When the connection fails or the server goes away,
-/// live streams end with [`FinishReason::Unavailable`] (retryable) and later submits fail with
-/// [`Code::Unavailable`]; the client does not reconnect. Dropping it closes the connection: live
+/// live streams end with [`FinishReason::Unavailable`] (retryable); the client reconnects by
+/// itself (backoff 100 ms doubling to 5 s) and submits fail with [`Code::Unavailable`] until it
+/// is back. A server with a cluster secret is answered with `$CHUNKSERVE_CLIENT_TOKEN`, else
+/// `$CHUNKSERVE_CLUSTER_SECRET`; without the right key submits fail with
+/// [`Code::Unauthenticated`]. Dropping it closes the connection: live
 /// streams end with `Unavailable` and stay usable. `Send + Sync`: the C client handle is
 /// thread-safe.
 pub struct Client {
