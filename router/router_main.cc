@@ -137,6 +137,7 @@ int Main(int argc, char** argv) {
   }
   options.connection = connections.value().connection;
   options.cluster_secret = connections.value().cluster_secret;
+  options.tls_client = connections.value().tls.client;
   options.max_connections = connections.value().max_connections;
   if (options.link_idle_timeout <= options.keepalive) {
     std::fprintf(stderr, "--link-idle-timeout-ms must exceed --keepalive-ms\n");

@@ -336,6 +336,12 @@ class Server final : public RouterServer {
       Refuse(peer, "only a peer that proved the cluster secret as a worker may register");
       return;
     }
+    if (options_.connection.tls != nullptr && !peer.connection->peer_certified()) {
+      Refuse(peer,
+             "with TLS on, a worker must present a certificate signed by the cluster CA "
+             "(mutual TLS: --tls-cert and --tls-key on the worker)");
+      return;
+    }
     Registration reg;
     reg.name = r.getWorkerId().cStr();
     reg.model_fingerprint = r.getModelFingerprint();
@@ -461,6 +467,9 @@ class Server final : public RouterServer {
     copts.ping_first = true;
     copts.keepalive_interval = options_.keepalive;
     copts.idle_timeout = options_.link_idle_timeout;
+    // TLS: the worker's certificate must match the address it advertised; ours proves membership.
+    copts.tls = options_.tls_client;
+    copts.tls_host = member->registration.host;
     links.data = wire::Connection::Create(std::move(socket), copts);
     const uint64_t incarnation = links.incarnation;
     links.data->Start([this, id](wire::DecodedMessage& m) { OnUpstreamMessage(id, m); },

@@ -37,6 +37,10 @@
 // under the id of a live instance with another generation is refused until that one is gone.
 // Data links prove `cluster_secret` to the workers as role router.
 //
+// TLS (wire/tls.h): with `connection.tls` set every accepted connection must speak TLS, and
+// Register also needs a certificate the cluster CA verified (mutual TLS); data links use
+// `tls_client` and verify the worker's certificate against its advertised host.
+//
 // Bounds: at most `max_connections` accepted connections (further ones get a retryable Error and
 // are closed; also capped below the descriptor limit, so the HTTP probes and data links always
 // have descriptors); the frame, frame-time and byte-budget bounds of `connection`.
@@ -76,6 +80,7 @@ struct RouterOptions {
   wire::ConnectionOptions connection;               // client and worker connections
   int32_t max_connections = 4096;                   // accepted connections
   std::string cluster_secret;                       // proven on data links (empty: none)
+  std::shared_ptr<wire::TlsContext> tls_client;     // TLS on data links (null: plain TCP)
   std::chrono::milliseconds keepalive{1000};        // data links: Ping when quiet
   std::chrono::milliseconds link_idle_timeout{5000};  // data and control links: dead when silent
   std::chrono::milliseconds first_token_timeout{120000};  // 0: none

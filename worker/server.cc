@@ -439,6 +439,9 @@ class Server final : public WorkerServer {
     }
     copts.keepalive_interval = options_.router_keepalive;
     copts.idle_timeout = options_.router_idle_timeout;  // the router pings a quiet link
+    // TLS: the router's certificate must match the address dialled; ours proves membership.
+    copts.tls = options_.tls_client;
+    copts.tls_host = link->host;
     auto connection = wire::Connection::Create(std::move(socket), copts);
     auto session = std::make_shared<Session>();
     session->connection = connection;

@@ -63,6 +63,9 @@ struct WorkerOptions {
   // is quiet for router_keepalive, and the link closed (then re-established) when nothing
   // arrives for router_idle_timeout.
   std::string cluster_secret;
+  // TLS on router links (null: plain TCP): the client side of the process's TLS files; the
+  // worker presents its certificate (routers admit workers only with one, mutual TLS).
+  std::shared_ptr<wire::TlsContext> tls_client;
   std::chrono::milliseconds router_keepalive{1000};
   std::chrono::milliseconds router_idle_timeout{5000};
 };

@@ -150,6 +150,7 @@ int Main(int argc, char** argv) {
   }
   options.connection = connections.value().connection;
   options.cluster_secret = connections.value().cluster_secret;
+  options.tls_client = connections.value().tls.client;
   options.max_connections = connections.value().max_connections;
 
   const bool cuda = options.engine.backend == engine::BackendKind::kCuda;

@@ -1,43 +1,92 @@
 #include "runtime/wire/client.h"
 
-#include <poll.h>
-
 #include <algorithm>
-#include <array>
 #include <string>
 
 namespace chunkserve::wire {
+namespace {
 
-WireClient::WireClient(ReaderLimits limits) : socket_(io_), decoder_(limits) {}
+// Bound on writing one frame (the peer does not read: the client gives up and closes).
+constexpr std::chrono::milliseconds kSendTimeout{10000};
+
+std::chrono::milliseconds Left(std::chrono::steady_clock::time_point deadline) {
+  return std::max(std::chrono::milliseconds(0),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                      deadline - std::chrono::steady_clock::now()));
+}
+
+}  // namespace
+
+WireClient::WireClient(ReaderLimits limits) : decoder_(limits) {}
 
 WireClient::~WireClient() { Close(); }
+
+bool WireClient::RunUntil(const bool* done, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!*done) {
+    const std::chrono::milliseconds left = Left(deadline);
+    if (left.count() == 0) break;
+    io_.restart();
+    io_.run_one_for(left);
+  }
+  if (*done) return true;
+  // Cancel what is pending and let it complete, so that no handler outlives this call.
+  asio::error_code ignored;
+  transport_->socket().cancel(ignored);
+  io_.restart();
+  while (!*done) io_.run_one();
+  return false;
+}
 
 Result<std::unique_ptr<WireClient>> WireClient::Connect(const std::string& host, uint16_t port,
                                                         std::chrono::milliseconds timeout,
                                                         ReaderLimits limits,
-                                                        std::optional<ClientAuth> auth) {
+                                                        std::optional<ClientAuth> auth,
+                                                        std::shared_ptr<TlsContext> tls) {
   std::unique_ptr<WireClient> client(new WireClient(limits));
   asio::error_code ec;
   asio::ip::address address = asio::ip::make_address(host, ec);
   if (ec) return Status::InvalidArgument("bad host address: " + host);
-  client->socket_.open(address.is_v4() ? asio::ip::tcp::v4() : asio::ip::tcp::v6(), ec);
-  if (ec) return Status::Unavailable("socket: " + ec.message());
-  client->socket_.non_blocking(true, ec);
-  client->socket_.connect(asio::ip::tcp::endpoint(address, port), ec);
-  if (ec == asio::error::would_block || ec == asio::error::in_progress) {
-    pollfd pfd{client->socket_.native_handle(), POLLOUT, 0};
-    const int r = ::poll(&pfd, 1, static_cast<int>(timeout.count()));
-    if (r <= 0) return Status::DeadlineExceeded("connect timed out");
-    int err = 0;
-    socklen_t len = sizeof(err);
-    ::getsockopt(pfd.fd, SOL_SOCKET, SO_ERROR, &err, &len);
-    if (err != 0) return Status::Unavailable("connect failed: " + std::to_string(err));
-  } else if (ec) {
-    return Status::Unavailable("connect failed: " + ec.message());
+  const std::string peer = host + ":" + std::to_string(port);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+
+  asio::ip::tcp::socket socket(client->io_);
+  bool done = false;
+  asio::error_code result;
+  socket.async_connect(asio::ip::tcp::endpoint(address, port), [&](const asio::error_code& e) {
+    result = e;
+    done = true;
+  });
+  while (!done && Left(deadline).count() > 0) {
+    client->io_.restart();
+    client->io_.run_one_for(Left(deadline));
   }
-  client->socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+  if (!done) {
+    socket.close(ec);  // the connect completes with operation_aborted
+    client->io_.restart();
+    while (!done) client->io_.run_one();
+    return Status::DeadlineExceeded("connecting to " + peer + " timed out");
+  }
+  if (result) return Status::Unavailable("connect to " + peer + " failed: " + result.message());
+  socket.set_option(asio::ip::tcp::no_delay(true), ec);
+  client->transport_ = tls ? std::make_unique<Transport>(std::move(socket), tls, host)
+                           : std::make_unique<Transport>(std::move(socket));
+  client->open_ = true;
+  if (tls) {
+    done = false;
+    client->transport_->AsyncHandshake([&](const asio::error_code& e) {
+      result = e;
+      done = true;
+    });
+    if (!client->RunUntil(&done, Left(deadline))) {
+      return Status::DeadlineExceeded("TLS handshake with " + peer + " timed out");
+    }
+    if (result) {
+      return Status::Unauthenticated("TLS handshake with " + peer + " failed: " + result.message());
+    }
+  }
   if (auth) {
-    Result<DecodedMessage> first = client->ReceiveRaw(timeout);
+    Result<DecodedMessage> first = client->ReceiveRaw(Left(deadline));
     if (!first.ok()) {
       return first.status().code() == StatusCode::kDeadlineExceeded
                  ? Status::Unauthenticated("the server sent no authentication challenge: it does "
@@ -66,17 +115,20 @@ Status WireClient::Send(capnp::MessageBuilder& message) {
 }
 
 Status WireClient::SendRaw(const std::vector<uint8_t>& bytes) {
-  size_t sent = 0;
-  while (sent < bytes.size()) {
-    asio::error_code ec;
-    const size_t n = socket_.write_some(asio::buffer(bytes.data() + sent, bytes.size() - sent), ec);
-    if (ec == asio::error::would_block) {
-      pollfd pfd{socket_.native_handle(), POLLOUT, 0};
-      if (::poll(&pfd, 1, 10000) <= 0) return Status::DeadlineExceeded("send timed out");
-      continue;
-    }
-    if (ec) return Status::Unavailable("send failed: " + ec.message());
-    sent += n;
+  if (!open_) return Status::Unavailable("connection closed");
+  bool done = false;
+  asio::error_code result;
+  transport_->AsyncWrite(asio::buffer(bytes), [&](const asio::error_code& e, size_t) {
+    result = e;
+    done = true;
+  });
+  if (!RunUntil(&done, kSendTimeout)) {
+    Close();
+    return Status::DeadlineExceeded("send timed out");
+  }
+  if (result) {
+    Close();
+    return Status::Unavailable("send failed: " + result.message());
   }
   return Status::Ok();
 }
@@ -84,10 +136,7 @@ Status WireClient::SendRaw(const std::vector<uint8_t>& bytes) {
 Result<DecodedMessage> WireClient::Receive(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
-    const auto left = std::max(std::chrono::milliseconds(0),
-                               std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   deadline - std::chrono::steady_clock::now()));
-    CHUNKSERVE_ASSIGN_OR_RETURN(DecodedMessage message, ReceiveRaw(left));
+    CHUNKSERVE_ASSIGN_OR_RETURN(DecodedMessage message, ReceiveRaw(Left(deadline)));
     schema::Envelope::Reader root = message.root();
     switch (root.which()) {
       case schema::Envelope::PING: {
@@ -109,38 +158,35 @@ Result<DecodedMessage> WireClient::Receive(std::chrono::milliseconds timeout) {
 
 Result<DecodedMessage> WireClient::ReceiveRaw(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::array<uint8_t, 16384> buffer;
   while (true) {
     DecodedMessage message;
     if (decoder_.Next(&message)) return message;
     if (!decoder_.status().ok()) return decoder_.status();
-    if (!socket_.is_open()) return Status::Unavailable("connection closed");
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return Status::DeadlineExceeded("receive timed out");
-    pollfd pfd{socket_.native_handle(), POLLIN, 0};
-    const int r = ::poll(&pfd, 1, static_cast<int>(left.count()));
-    if (r == 0) return Status::DeadlineExceeded("receive timed out");
-    if (r < 0) continue;
-    asio::error_code ec;
-    const size_t n = socket_.read_some(asio::buffer(buffer), ec);
-    if (ec == asio::error::would_block) continue;
-    if (ec) {
+    if (!open_) return Status::Unavailable("connection closed");
+    if (Left(deadline).count() == 0) return Status::DeadlineExceeded("receive timed out");
+    bool done = false;
+    asio::error_code result;
+    size_t n = 0;
+    transport_->AsyncReadSome(asio::buffer(buffer_), [&](const asio::error_code& e, size_t got) {
+      result = e;
+      n = got;
+      done = true;
+    });
+    if (!RunUntil(&done, Left(deadline))) return Status::DeadlineExceeded("receive timed out");
+    if (result) {
       Close();
-      return Status::Unavailable("connection closed: " + ec.message());
+      return Status::Unavailable("connection closed: " + result.message());
     }
-    Status s = decoder_.Feed(buffer.data(), n);
+    Status s = decoder_.Feed(buffer_.data(), n);
     if (decoder_.Next(&message)) return message;
     if (!s.ok()) return s;
   }
 }
 
 void WireClient::Close() {
-  asio::error_code ignored;
-  if (socket_.is_open()) {
-    socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
-  }
+  if (!open_) return;
+  open_ = false;
+  transport_->Close();
 }
 
 }  // namespace chunkserve::wire

@@ -10,7 +10,8 @@
 // malformed frame. Keepalive frames are handled inside Receive (a Ping is answered, a Pong
 // skipped). With `auth`, Connect waits for the server's Challenge and answers it before
 // returning (Unauthenticated when none comes within the timeout); without it, a Challenge makes
-// Receive return Unauthenticated.
+// Receive return Unauthenticated. With `tls` (a client TlsContext) the connection is TLS and the
+// server's certificate must match `host`; a failed handshake is Unauthenticated.
 //
 // Thread safety: none; one thread uses a client at a time.
 #ifndef CHUNKSERVE_RUNTIME_WIRE_CLIENT_H_
@@ -18,6 +19,7 @@
 
 #include <capnp/message.h>
 
+#include <array>
 #include <asio.hpp>
 #include <chrono>
 #include <cstdint>
@@ -29,6 +31,8 @@
 #include "runtime/base/status.h"
 #include "runtime/wire/auth.h"
 #include "runtime/wire/framing.h"
+#include "runtime/wire/tls.h"
+#include "runtime/wire/transport.h"
 
 namespace chunkserve::wire {
 
@@ -37,7 +41,8 @@ class WireClient {
   static Result<std::unique_ptr<WireClient>> Connect(const std::string& host, uint16_t port,
                                                      std::chrono::milliseconds timeout,
                                                      ReaderLimits limits = {},
-                                                     std::optional<ClientAuth> auth = {});
+                                                     std::optional<ClientAuth> auth = {},
+                                                     std::shared_ptr<TlsContext> tls = nullptr);
   ~WireClient();
 
   Status Send(capnp::MessageBuilder& message);
@@ -48,12 +53,19 @@ class WireClient {
   Result<DecodedMessage> ReceiveRaw(std::chrono::milliseconds timeout);
   // Closes the socket (the peer sees a disconnect).
   void Close();
+  // Whether the server presented a certificate the CA verified (TLS only).
+  bool peer_certified() const { return transport_ != nullptr && transport_->peer_certified(); }
 
  private:
   WireClient(ReaderLimits limits);
+  // Runs the loop until `*done` or `timeout`; false on timeout (the operation is then cancelled
+  // and has completed).
+  bool RunUntil(const bool* done, std::chrono::milliseconds timeout);
   asio::io_context io_;
-  asio::ip::tcp::socket socket_;
+  std::unique_ptr<Transport> transport_;
   FrameDecoder decoder_;
+  std::array<uint8_t, 16384> buffer_{};
+  bool open_ = false;
 };
 
 }  // namespace chunkserve::wire

@@ -16,7 +16,16 @@ std::atomic<uint64_t> next_connection_id{1};
 // The handshake deadline of a connection that must authenticate when none is configured.
 constexpr std::chrono::milliseconds kDefaultAuthTimeout{10000};
 
+// How long a refusal over TLS waits for its Error frame to be written before closing anyway.
+constexpr std::chrono::milliseconds kRefusalFlush{1000};
+
 std::string Ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
+
+std::unique_ptr<Transport> MakeTransport(asio::ip::tcp::socket socket,
+                                         const ConnectionOptions& options) {
+  if (options.tls == nullptr) return std::make_unique<Transport>(std::move(socket));
+  return std::make_unique<Transport>(std::move(socket), options.tls, options.tls_host);
+}
 
 }  // namespace
 
@@ -26,16 +35,16 @@ std::shared_ptr<Connection> Connection::Create(asio::ip::tcp::socket socket,
 }
 
 Connection::Connection(asio::ip::tcp::socket socket, ConnectionOptions options)
-    : socket_(std::move(socket)),
-      timer_(socket_.get_executor()),
-      frame_timer_(socket_.get_executor()),
-      keepalive_timer_(socket_.get_executor()),
+    : transport_(MakeTransport(std::move(socket), options)),
+      timer_(transport_->executor()),
+      frame_timer_(transport_->executor()),
+      keepalive_timer_(transport_->executor()),
       options_(std::move(options)),
       id_(next_connection_id.fetch_add(1)),
       decoder_(options_.limits) {
   gated_ = options_.client_auth.has_value();
   asio::error_code ignored;
-  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+  transport_->socket().set_option(asio::ip::tcp::no_delay(true), ignored);
 }
 
 Connection::~Connection() {
@@ -62,15 +71,47 @@ void Connection::Start(MessageHandler on_message, CloseHandler on_close) {
     if (first.count() <= 0) first = kDefaultAuthTimeout;
   }
   if (gated_ && first.count() <= 0) first = kDefaultAuthTimeout;
+  if (transport_->tls() && first.count() <= 0) first = kDefaultAuthTimeout;
   if (options_.ping_first) {
     capnp::MallocMessageBuilder builder;
     builder.initRoot<Envelope>().initPing().setNonce(next_ping_++);
     (void)Enqueue(EncodeOrEmpty(builder), true);
   }
   ArmTimer(first.count() > 0 ? first : options_.idle_timeout);
+  if (!transport_->tls()) {
+    Begin();
+    return;
+  }
+  // Frames queued meanwhile wait for the handshake: nothing may be written before it.
+  writing_ = true;
+  auto self = shared_from_this();
+  transport_->AsyncHandshake([self](const asio::error_code& ec) {
+    if (self->closed()) return;
+    if (ec) {
+      if (self->transport_->plaintext_peer()) {
+        const Status refused = Status::Unauthenticated(
+            "this server requires TLS: connect with TLS and the cluster's CA certificate");
+        self->transport_->TryWriteRaw(asio::buffer(ErrorFrame(0, refused)));
+        self->CloseOnLoop(refused);
+        return;
+      }
+      self->CloseOnLoop(Status::Unauthenticated("TLS handshake failed: " + ec.message()));
+      return;
+    }
+    self->peer_certified_ = self->transport_->peer_certified();
+    self->writing_ = false;
+    self->Begin();
+    self->DoWrite();
+  });
+}
+
+void Connection::Begin() {
+  established_.store(true, std::memory_order_release);
   ArmKeepalive();
   DoRead();
 }
+
+bool Connection::ending() const { return refusing_ || closed(); }
 
 void Connection::ArmTimer(std::chrono::milliseconds timeout) {
   timer_.cancel();
@@ -158,8 +199,8 @@ void Connection::AccountBuffered() {
 
 void Connection::DoRead() {
   auto self = shared_from_this();
-  socket_.async_read_some(asio::buffer(read_buffer_), [self](const asio::error_code& ec, size_t n) {
-    if (self->closed()) return;
+  transport_->AsyncReadSome(asio::buffer(read_buffer_), [self](const asio::error_code& ec, size_t n) {
+    if (self->ending()) return;
     if (ec) {
       self->CloseOnLoop(ec == asio::error::eof
                             ? Status::Ok()
@@ -169,7 +210,7 @@ void Connection::DoRead() {
     Status status = self->decoder_.Feed(self->read_buffer_.data(), n);
     DecodedMessage message;
     bool any = false;
-    while (!self->closed() && self->decoder_.Next(&message)) {
+    while (!self->ending() && self->decoder_.Next(&message)) {
       any = true;
       self->got_first_message_ = true;
       self->last_received_ = std::chrono::steady_clock::now();
@@ -182,7 +223,7 @@ void Connection::DoRead() {
       }
       if (self->on_message_) self->on_message_(message);
     }
-    if (self->closed()) return;
+    if (self->ending()) return;
     if (!status.ok()) {
       self->RefuseAndClose(status);  // tell the peer why, best effort, then close
       return;
@@ -193,7 +234,7 @@ void Connection::DoRead() {
       self->frame_timer_armed_ = false;
     }
     self->AccountBuffered();
-    if (self->closed()) return;
+    if (self->ending()) return;
     bool gated;
     {
       std::lock_guard<std::mutex> lock(self->mu_);
@@ -269,14 +310,29 @@ bool Connection::HandleControl(DecodedMessage& message) {
 }
 
 void Connection::RefuseAndClose(const Status& status) {
-  const std::vector<uint8_t> bytes = ErrorFrame(0, status);
-  if (!bytes.empty()) {
+  if (ending()) return;
+  std::vector<uint8_t> bytes = ErrorFrame(0, status);
+  if (!transport_->tls()) {
     // Written directly, without blocking the loop on a peer that does not read.
-    asio::error_code ignored;
-    socket_.non_blocking(true, ignored);
-    asio::write(socket_, asio::buffer(bytes), ignored);
+    if (!bytes.empty()) transport_->TryWriteRaw(asio::buffer(bytes));
+    CloseOnLoop(status);
+    return;
   }
-  CloseOnLoop(status);
+  // TLS cannot write beside a pending write: queue the Error, stop reading, and close once it is
+  // written or after kRefusalFlush, whichever comes first.
+  refusing_ = true;
+  refusal_ = status;
+  if (bytes.empty() || !Enqueue(std::move(bytes), true).ok()) {
+    CloseOnLoop(status);
+    return;
+  }
+  timer_.cancel();
+  timer_.expires_after(kRefusalFlush);
+  std::weak_ptr<Connection> weak = weak_from_this();
+  timer_.async_wait([weak](const asio::error_code& ec) {
+    if (ec) return;
+    if (auto self = weak.lock()) self->CloseOnLoop(self->refusal_);
+  });
 }
 
 Status Connection::Send(capnp::MessageBuilder& message) {
@@ -301,7 +357,7 @@ Status Connection::Enqueue(std::vector<uint8_t> frame, bool bypass_gate) {
     outgoing_.push_back(std::move(frame));
   }
   auto self = shared_from_this();
-  asio::post(socket_.get_executor(), [self] {
+  asio::post(transport_->executor(), [self] {
     if (!self->writing_) self->DoWrite();
   });
   return Status::Ok();
@@ -309,17 +365,27 @@ Status Connection::Enqueue(std::vector<uint8_t> frame, bool bypass_gate) {
 
 void Connection::DoWrite() {
   std::vector<uint8_t>* front = nullptr;
+  bool refused = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (closed_ || outgoing_.empty()) {
+    if (closed_) {
       writing_ = false;
       return;
     }
-    front = &outgoing_.front();  // stable: only this loop pops
+    if (outgoing_.empty()) {
+      writing_ = false;
+      refused = refusing_;  // the refusal's Error is out: close now
+    } else {
+      front = &outgoing_.front();  // stable: only this loop pops
+    }
+  }
+  if (front == nullptr) {
+    if (refused) CloseOnLoop(refusal_);
+    return;
   }
   writing_ = true;
   auto self = shared_from_this();
-  asio::async_write(socket_, asio::buffer(*front), [self](const asio::error_code& ec, size_t) {
+  transport_->AsyncWrite(asio::buffer(*front), [self](const asio::error_code& ec, size_t) {
     {
       std::lock_guard<std::mutex> lock(self->mu_);
       if (!self->outgoing_.empty()) {
@@ -338,7 +404,7 @@ void Connection::DoWrite() {
 
 void Connection::Close(const Status& reason) {
   auto self = shared_from_this();
-  asio::post(socket_.get_executor(), [self, reason] { self->CloseOnLoop(reason); });
+  asio::post(transport_->executor(), [self, reason] { self->CloseOnLoop(reason); });
 }
 
 void Connection::CloseOnLoop(const Status& reason) {
@@ -352,9 +418,7 @@ void Connection::CloseOnLoop(const Status& reason) {
   keepalive_timer_.cancel();
   if (options_.budget && reserved_ > 0) options_.budget->Release(reserved_);
   reserved_ = 0;
-  asio::error_code ignored;
-  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-  socket_.close(ignored);
+  transport_->Close();
   CloseHandler on_close = std::move(on_close_);
   on_close_ = nullptr;
   on_message_ = nullptr;

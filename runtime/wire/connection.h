@@ -1,4 +1,5 @@
-// Connection: one framed Cap'n Proto connection over a TCP socket on an Asio io_context.
+// Connection: one framed Cap'n Proto connection over a TCP socket, plain or TLS (transport.h),
+// on an Asio io_context.
 //
 // Reads are asynchronous and go through a FrameDecoder (reader limits apply); every decoded
 // message is handed to the message handler on the io_context thread. A malformed frame closes
@@ -29,6 +30,12 @@
 // Unauthenticated. Once authenticated as worker or router, the frame limit rises to
 // trusted_max_message_bytes.
 //
+// TLS: with `tls` set the connection runs the TLS handshake first (within the handshake
+// deadline) and only then reads and writes frames; a client side verifies the server against
+// `tls_host`. A plaintext peer of a TLS server gets an Error frame in plaintext saying that TLS is
+// required (Unauthenticated), a failed handshake closes with Unauthenticated. peer_certified()
+// tells whether the peer presented a certificate the cluster CA verified (mutual TLS).
+//
 // The close handler runs exactly once, on the io_context thread, with the reason (OK for an
 // orderly close by the peer).
 //
@@ -41,6 +48,7 @@
 
 #include <array>
 #include <asio.hpp>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -54,6 +62,8 @@
 #include "runtime/wire/auth.h"
 #include "runtime/wire/budget.h"
 #include "runtime/wire/framing.h"
+#include "runtime/wire/tls.h"
+#include "runtime/wire/transport.h"
 
 namespace chunkserve::wire {
 
@@ -69,6 +79,8 @@ struct ConnectionOptions {
   std::shared_ptr<const AuthKeys> server_auth;      // challenge the peer (when enabled)
   std::optional<ClientAuth> client_auth;            // answer the peer's challenge
   size_t trusted_max_message_bytes = 64u << 20;     // frame limit once a worker/router proved
+  std::shared_ptr<TlsContext> tls;                  // TLS on this side of the link (null: plain)
+  std::string tls_host;                             // client side: the name the server must hold
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {
@@ -90,11 +102,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Close(const Status& reason);
 
   bool closed() const;
+  // Started, and the TLS handshake (if any) completed: frames flow. Any thread.
+  bool established() const { return established_.load(std::memory_order_acquire); }
   size_t queued_bytes() const;
   uint64_t id() const { return id_; }
   // The role the peer proved (loop thread); nullopt while unauthenticated or when the server
   // requires no authentication.
   std::optional<schema::AuthRole> peer_role() const { return peer_role_; }
+  // Whether the peer presented a certificate the cluster CA verified (loop thread; false on plain
+  // TCP and before the TLS handshake completed).
+  bool peer_certified() const { return peer_certified_; }
 
  private:
   Connection(asio::ip::tcp::socket socket, ConnectionOptions options);
@@ -109,8 +126,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Queues a frame past the authentication gate (keepalive and authentication frames).
   Status Enqueue(std::vector<uint8_t> frame, bool bypass_gate);
   void CloseOnLoop(const Status& reason);
+  // Starts the protocol once the transport is ready (after the TLS handshake).
+  void Begin();
+  bool ending() const;  // closed, or refusing (a TLS refusal waits for its Error to be written)
 
-  asio::ip::tcp::socket socket_;
+  std::unique_ptr<Transport> transport_;
   asio::steady_timer timer_;
   asio::steady_timer frame_timer_;
   asio::steady_timer keepalive_timer_;
@@ -129,6 +149,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool awaiting_auth_ = false;
   std::optional<schema::AuthRole> peer_role_;
   uint64_t next_ping_ = 1;
+  bool peer_certified_ = false;
+  std::atomic<bool> established_{false};
+  bool refusing_ = false;  // loop thread: an Error is being flushed before the close
+  Status refusal_;         // loop thread: the close reason once it is
 
   mutable std::mutex mu_;
   std::deque<std::vector<uint8_t>> outgoing_;  // guarded by mu_

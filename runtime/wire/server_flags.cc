@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <memory>
 
+#include "runtime/base/logging.h"
+
 namespace chunkserve::wire {
 namespace {
 
@@ -20,7 +22,8 @@ bool IsServerFlag(const std::string& flag) {
   return flag == "--secret-file" || flag == "--client-token-file" || flag == "--max-connections" ||
          flag == "--max-frame-bytes" || flag == "--frame-timeout-ms" ||
          flag == "--buffer-budget-mb" || flag == "--handshake-timeout-ms" ||
-         flag == "--idle-timeout-ms";
+         flag == "--idle-timeout-ms" || flag == "--tls-cert" || flag == "--tls-key" ||
+         flag == "--tls-ca";
 }
 
 Status ParseServerFlag(const std::string& flag, const std::string& value, ServerFlags* f) {
@@ -31,6 +34,12 @@ Status ParseServerFlag(const std::string& flag, const std::string& value, Server
     f->secret_file = value;
   } else if (flag == "--client-token-file") {
     f->client_token_file = value;
+  } else if (flag == "--tls-cert") {
+    f->tls.cert_file = value;
+  } else if (flag == "--tls-key") {
+    f->tls.key_file = value;
+  } else if (flag == "--tls-ca") {
+    f->tls.ca_file = value;
   } else if (flag == "--max-connections") {
     if (!ParseInt(value, 1, 1 << 20, &f->max_connections)) return range("1 .. 1048576");
   } else if (flag == "--max-frame-bytes") {
@@ -69,6 +78,11 @@ Result<ServerConnections> MakeServerConnections(const ServerFlags& f) {
     keys->client_token = token;
     c.server_auth = keys;
   }
+  CHUNKSERVE_ASSIGN_OR_RETURN(out.tls, MakeTlsContexts(f.tls));
+  c.tls = out.tls.server;
+  if (out.tls.enabled()) {
+    LOG(INFO) << "wire links use TLS; peers are verified against " << f.tls.ca_file;
+  }
   out.cluster_secret = std::move(secret);
   out.max_connections = static_cast<int32_t>(f.max_connections);
   return out;
@@ -78,6 +92,7 @@ const char* ServerFlagsUsage() {
   return "  [--secret-file PATH] [--client-token-file PATH] [--max-connections N]\n"
          "  [--max-frame-bytes N] [--frame-timeout-ms N] [--buffer-budget-mb N]\n"
          "  [--handshake-timeout-ms N] [--idle-timeout-ms N]\n"
+         "  [--tls-cert PEM --tls-key PEM --tls-ca PEM]\n"
          "secrets: also $CHUNKSERVE_CLUSTER_SECRET / $CHUNKSERVE_CLIENT_TOKEN (never a flag value)\n";
 }
 

@@ -11,6 +11,9 @@
 //   --buffer-budget-mb N        partly received frames across all connections (256)
 //   --handshake-timeout-ms N    first frame (10000)
 //   --idle-timeout-ms N         silence before a connection is closed (server's default)
+//   --tls-cert/--tls-key/--tls-ca PATH   TLS on every link (tls.h): this process's certificate
+//                               and key, and the cluster CA; accepted connections must speak
+//                               TLS, dialled links use it too
 //
 // Secrets are read from files or the environment only, never from a flag value (`ps` shows
 // those), and are not logged.
@@ -23,6 +26,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/wire/connection.h"
+#include "runtime/wire/tls.h"
 
 namespace chunkserve::wire {
 
@@ -35,6 +39,7 @@ struct ServerFlags {
   int64_t buffer_budget_mb = 256;
   int64_t handshake_timeout_ms = 10000;
   int64_t idle_timeout_ms = 0;
+  TlsFiles tls;
 };
 
 // Whether `flag` is one of the flags above.
@@ -47,7 +52,8 @@ Status ParseServerFlag(const std::string& flag, const std::string& value, Server
 // challenge when a secret is set), the cluster secret the server proves on its own outgoing
 // links, and the connection cap. InvalidArgument for an unreadable or too short secret.
 struct ServerConnections {
-  ConnectionOptions connection;
+  ConnectionOptions connection;  // .tls: the server context when TLS is on
+  TlsContexts tls;               // both contexts; .client for the links this process dials
   std::string cluster_secret;
   int32_t max_connections = 4096;
 };

@@ -1,7 +1,7 @@
 // The cluster under hostile conditions, with real router and worker processes on 127.0.0.1:
 // a frozen engine (its process and links alive), an idle cluster, peers that hold partial frames
 // or trickle bytes (slowloris), a router at its file descriptor limit, and peers without the
-// cluster secret. Every wait is bounded; the numbers each test prints are in router/README.md.
+// cluster secret or a cluster certificate. Every wait is bounded; the numbers each test prints are in router/README.md.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -22,6 +22,7 @@
 
 #include "tests/router/router_test_util.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/tls_fixtures.h"
 
 namespace chunkserve::router {
 namespace {
@@ -389,6 +390,70 @@ TEST(RouterResilienceTest, OnlyPeersWithTheSecretRegisterAndSubmit) {
       [](double v) { return v >= 2; }, 30s);
   ASSERT_OK(joined.status());
   EXPECT_GE(joined.value(), 2);
+  ExpectWorkersAlive(*router, 1);
+  EXPECT_EQ(RunOne(*client, 2, Tokens(20, 2), 4).reason, FinishReason::LENGTH);
+}
+
+
+// With TLS on (mutual TLS between router and workers): only a worker with a certificate from the
+// cluster CA joins; a worker with another authority's certificate, a plaintext worker and a
+// plaintext client are refused with a clear error; a client holding only the CA is served.
+TEST(RouterResilienceTest, WithTlsOnlyCertifiedWorkersJoinAndPlaintextPeersAreRefused) {
+  using ::chunkserve::testing::ClientTlsFiles;
+  using ::chunkserve::testing::NodeTlsFiles;
+  using ::chunkserve::testing::RogueTlsFiles;
+  using ::chunkserve::testing::TlsFlags;
+  if (::chunkserve::testing::TestTlsMode()) GTEST_SKIP() << "sets up its own TLS";
+  ASSERT_OK_AND_ASSIGN(auto router, RouterProcess::Start(TlsFlags(NodeTlsFiles())));
+  ASSERT_OK_AND_ASSIGN(auto good, StartWorker(router->address(), "good", TlsFlags(NodeTlsFiles())));
+  ASSERT_OK_AND_ASSIGN(auto rogue,
+                       StartWorker(router->address(), "rogue", TlsFlags(RogueTlsFiles())));
+  ASSERT_OK_AND_ASSIGN(auto plain, StartWorker(router->address(), "plain"));
+  ExpectWorkersAlive(*router, 1);
+  std::this_thread::sleep_for(2s);  // the others keep retrying, and keep failing
+  ExpectWorkersAlive(*router, 1);
+  ASSERT_OK_AND_ASSIGN(double registered,
+                       Metric(router->http_port(), "chunkserve_router_workers_registered_total"));
+  EXPECT_EQ(registered, 1);
+
+  ASSERT_OK_AND_ASSIGN(auto ca_only,
+                       wire::TlsContext::Create(wire::TlsContext::Side::kClient, ClientTlsFiles()));
+  ASSERT_OK_AND_ASSIGN(auto client, WireClient::Connect("127.0.0.1", router->port(), 10s, {},
+                                                        std::nullopt, ca_only));
+  EXPECT_EQ(RunOne(*client, 1, Tokens(20, 1), 4).reason, FinishReason::LENGTH);
+
+  // A plaintext peer, on the router and on the worker: an Error saying TLS is required.
+  auto expect_tls_required = [](uint16_t port) {
+    ASSERT_OK_AND_ASSIGN(auto c, WireClient::Connect("127.0.0.1", port, 10s));
+    ASSERT_OK(SendGenerate(*c, 1, Tokens(20, 1), 4));
+    Result<DecodedMessage> m = c->Receive(10s);
+    if (m.ok()) {
+      ASSERT_EQ(m.value().root().which(), Envelope::ERROR);
+      EXPECT_EQ(m.value().root().getError().getCode(), wire::schema::ErrorCode::UNAUTHENTICATED);
+      EXPECT_NE(std::string(m.value().root().getError().getMessage().cStr()).find("TLS"),
+                std::string::npos);
+    } else {
+      EXPECT_EQ(m.status().code(), StatusCode::kUnauthenticated) << m.status();
+    }
+  };
+  expect_tls_required(router->port());
+  expect_tls_required(good->port());
+
+  // A TLS client without a certificate cannot register as a worker.
+  ASSERT_OK_AND_ASSIGN(auto pretender, WireClient::Connect("127.0.0.1", router->port(), 10s, {},
+                                                           std::nullopt, ca_only));
+  capnp::MallocMessageBuilder b;
+  auto r = b.initRoot<Envelope>().initRegister();
+  r.setWorkerId("pretender");
+  r.setChunkSize(64);
+  r.setChunkHashVersion(1);
+  r.setAddress("127.0.0.1:1");
+  ASSERT_OK(pretender->Send(b));
+  ASSERT_OK_AND_ASSIGN(DecodedMessage ack, pretender->Receive(10s));
+  ASSERT_EQ(ack.root().which(), Envelope::REGISTER_ACK);
+  EXPECT_FALSE(ack.root().getRegisterAck().getAccepted());
+  EXPECT_NE(std::string(ack.root().getRegisterAck().getReason().cStr()).find("certificate"),
+            std::string::npos);
   ExpectWorkersAlive(*router, 1);
   EXPECT_EQ(RunOne(*client, 2, Tokens(20, 2), 4).reason, FinishReason::LENGTH);
 }

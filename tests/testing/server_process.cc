@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+
+#include "tests/testing/tls_fixtures.h"
 
 namespace chunkserve::testing {
 
@@ -20,10 +23,15 @@ Status ServerProcess::Launch(const std::string& binary, const std::string& what,
   int fds[2];
   if (::pipe(fds) != 0) return Status::Internal("pipe failed");
   std::vector<std::string> argv_s = {binary, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"};
+  if (TestTlsMode()) {
+    const std::vector<std::string> tls = TlsFlags(NodeTlsFiles());
+    argv_s.insert(argv_s.end(), tls.begin(), tls.end());
+  }
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(fds[0]);
@@ -31,6 +39,11 @@ Status ServerProcess::Launch(const std::string& binary, const std::string& what,
     return Status::Internal("fork failed");
   }
   if (pid == 0) {
+    // A test that crashes must not leave its servers behind: they would hold ctest's output pipe
+    // open and the test would hang until its timeout. (The signal follows the launching thread;
+    // tests launch servers from their main thread.)
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // the parent is already gone
     ::dup2(fds[1], 1);
     ::close(fds[0]);
     ::close(fds[1]);
@@ -91,7 +104,11 @@ Result<int> ServerProcess::Wait(std::chrono::milliseconds timeout) {
 }
 
 Result<std::unique_ptr<wire::WireClient>> ServerProcess::Connect() {
-  return wire::WireClient::Connect("127.0.0.1", port_, 5000ms);
+  if (!TestTlsMode()) return wire::WireClient::Connect("127.0.0.1", port_, 5000ms);
+  static const Result<std::shared_ptr<wire::TlsContext>> tls =
+      wire::TlsContext::Create(wire::TlsContext::Side::kClient, ClientTlsFiles());
+  if (!tls.ok()) return tls.status();
+  return wire::WireClient::Connect("127.0.0.1", port_, 5000ms, {}, std::nullopt, tls.value());
 }
 
 Result<HttpResponse> HttpGet(uint16_t port, const std::string& path) {

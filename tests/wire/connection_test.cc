@@ -1,6 +1,7 @@
 // Connection over real sockets on 127.0.0.1:0: echo, malformed frames close only that
 // connection, deadlines, bounded outgoing queue, keepalive, the frame deadline, the process-wide
-// byte budget, and challenge-response authentication.
+// byte budget, challenge-response authentication, and TLS (test certificates in
+// tests/testing/tls).
 #include "runtime/wire/connection.h"
 
 #include <capnp/message.h>
@@ -14,6 +15,7 @@
 
 #include "runtime/wire/client.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/tls_fixtures.h"
 
 namespace chunkserve::wire {
 namespace {
@@ -69,6 +71,8 @@ class EchoServer {
             // The proven role + 1 in the index (0: not authenticated).
             const auto role = self->peer_role();
             t.setIndex(role ? static_cast<int32_t>(*role) + 1 : 0);
+            // 1 in the token when the peer presented a certificate the cluster CA verified.
+            t.setToken(self->peer_certified() ? 1 : 0);
             (void)self->Send(b);
           },
           [this](const Status& reason) {
@@ -363,5 +367,115 @@ TEST(ConnectionTest, AnAuthenticatingConnectionHoldsItsFramesUntilChallenged) {
   io.run_for(50ms);
 }
 
+
+namespace tls_cases {
+
+std::shared_ptr<TlsContext> Context(TlsContext::Side side, const TlsFiles& files) {
+  auto context = TlsContext::Create(side, files);
+  EXPECT_OK(context.status());
+  return context.ok() ? *context : nullptr;
+}
+
+ConnectionOptions TlsServer(const TlsFiles& files) {
+  ConnectionOptions o;
+  o.tls = Context(TlsContext::Side::kServer, files);
+  return o;
+}
+
+// Sends Cancel(id) and returns the echoed Token's `token` field (1: the server saw a certified
+// peer), or the error the server answered with.
+Result<uint32_t> EchoCertified(WireClient& c, uint64_t id) {
+  CHUNKSERVE_RETURN_IF_ERROR(SendCancel(c, id));
+  CHUNKSERVE_ASSIGN_OR_RETURN(DecodedMessage m, c.Receive(5s));
+  if (m.root().which() == schema::Envelope::ERROR) {
+    return Status(static_cast<StatusCode>(m.root().getError().getCode()),
+                  m.root().getError().getMessage().cStr());
+  }
+  if (m.root().getToken().getRequestId() != id) return Status::Internal("wrong echo");
+  return m.root().getToken().getToken();
+}
+
+TEST(ConnectionTlsTest, RoundTripsAndKnowsWhichPeersHoldAClusterCertificate) {
+  EchoServer server(TlsServer(testing::NodeTlsFiles()));
+  // A client with only the CA: served, not certified.
+  ASSERT_OK_AND_ASSIGN(auto client,
+                       WireClient::Connect("127.0.0.1", server.port(), 5s, {}, {},
+                                           Context(TlsContext::Side::kClient,
+                                                   testing::ClientTlsFiles())));
+  EXPECT_TRUE(client->peer_certified());  // the server's certificate verified
+  for (uint64_t i = 1; i <= 20; ++i) EXPECT_EQ(EchoCertified(*client, i).value(), 0u);
+  // A member (router or worker) presenting its certificate: certified, and it verified the server.
+  ASSERT_OK_AND_ASSIGN(auto member,
+                       WireClient::Connect("127.0.0.1", server.port(), 5s, {}, {},
+                                           Context(TlsContext::Side::kClient,
+                                                   testing::NodeTlsFiles())));
+  EXPECT_TRUE(member->peer_certified());
+  for (uint64_t i = 1; i <= 20; ++i) EXPECT_EQ(EchoCertified(*member, i).value(), 1u);
+  // A large frame crosses many TLS records intact.
+  capnp::MallocMessageBuilder b;
+  auto e = b.initRoot<schema::Envelope>().initError();
+  e.setRequestId(0);
+  e.setMessage(std::string(300000, 'x'));
+  ASSERT_OK(member->Send(b));  // the echo server ignores it; the link stays up
+  EXPECT_EQ(EchoCertified(*member, 99).value(), 1u);
+}
+
+TEST(ConnectionTlsTest, APlaintextPeerIsToldThatTlsIsRequired) {
+  EchoServer server(TlsServer(testing::NodeTlsFiles()));
+  ASSERT_OK_AND_ASSIGN(auto plain, WireClient::Connect("127.0.0.1", server.port(), 5s));
+  EXPECT_THAT(EchoCertified(*plain, 1).status(),
+              StatusIs(StatusCode::kUnauthenticated, ::testing::HasSubstr("TLS")));
+  EXPECT_THAT(plain->Receive(5s).status(), StatusIs(StatusCode::kUnavailable));
+  ASSERT_TRUE(server.WaitClosed(1, 5s));
+  EXPECT_THAT(server.reasons()[0], StatusIs(StatusCode::kUnauthenticated));
+}
+
+TEST(ConnectionTlsTest, ACertificateFromAnotherAuthorityIsRefusedBothWays) {
+  // A server whose certificate the cluster CA did not sign: the client refuses it.
+  EchoServer rogue_server(TlsServer(testing::RogueTlsFiles()));
+  EXPECT_THAT(WireClient::Connect("127.0.0.1", rogue_server.port(), 5s, {}, {},
+                                  Context(TlsContext::Side::kClient, testing::ClientTlsFiles()))
+                  .status(),
+              StatusIs(StatusCode::kUnauthenticated));
+  // A client presenting such a certificate: the server refuses it (during the handshake, or at
+  // the client's first read under TLS 1.3); it is never served.
+  EchoServer server(TlsServer(testing::NodeTlsFiles()));
+  auto rogue = WireClient::Connect("127.0.0.1", server.port(), 5s, {}, {},
+                                   Context(TlsContext::Side::kClient, testing::RogueTlsFiles()));
+  if (rogue.ok()) {
+    EXPECT_FALSE(EchoCertified(**rogue, 1).ok());
+  }
+  ASSERT_TRUE(server.WaitClosed(1, 5s));
+  EXPECT_THAT(server.reasons()[0], StatusIs(StatusCode::kUnauthenticated));
+}
+
+TEST(ConnectionTlsTest, ATlsClientAgainstAPlaintextServerFailsQuickly) {
+  EchoServer plain({});
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT(WireClient::Connect("127.0.0.1", plain.port(), 5s, {}, {},
+                                  Context(TlsContext::Side::kClient, testing::ClientTlsFiles()))
+                  .status(),
+              StatusIs(StatusCode::kUnauthenticated));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
+}
+
+TEST(ConnectionTlsTest, ContextsRefuseUnusableFiles) {
+  EXPECT_THAT(TlsContext::Create(TlsContext::Side::kServer, testing::ClientTlsFiles()).status(),
+              StatusIs(StatusCode::kInvalidArgument));
+  TlsFiles missing = testing::NodeTlsFiles();
+  missing.ca_file = testing::TlsFixture("no-such-ca.pem");
+  EXPECT_THAT(TlsContext::Create(TlsContext::Side::kClient, missing).status(),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("no-such-ca.pem")));
+  TlsFiles mismatched = testing::NodeTlsFiles();
+  mismatched.key_file = testing::TlsFixture("rogue.key");
+  EXPECT_THAT(TlsContext::Create(TlsContext::Side::kServer, mismatched).status(),
+              StatusIs(StatusCode::kInvalidArgument));
+  TlsFiles cert_only = testing::NodeTlsFiles();
+  cert_only.key_file.clear();
+  EXPECT_THAT(TlsContext::Create(TlsContext::Side::kClient, cert_only).status(),
+              StatusIs(StatusCode::kInvalidArgument));
+}
+
+}  // namespace tls_cases
 }  // namespace
 }  // namespace chunkserve::wire
