@@ -114,14 +114,17 @@ CHUNKSERVE_FIELD_AT(chunkserve_stream_event_t, generated_tokens, 32, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_stream_event_t, reserved0, 36, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_stream_event_t, error_message, 40, 8);
 
-// chunkserve_client_options_t, version 1.
-static_assert(sizeof(chunkserve_client_options_t) == kClientOptionsV1Size);
+// chunkserve_client_options_t, version 1 (24 bytes) plus the version 2 TLS fields.
+static_assert(sizeof(chunkserve_client_options_t) == kClientOptionsV2Size);
 static_assert(alignof(chunkserve_client_options_t) == 8);
 CHUNKSERVE_FIELD_AT(chunkserve_client_options_t, struct_size, 0, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_client_options_t, port, 4, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_client_options_t, host, 8, 8);
 CHUNKSERVE_FIELD_AT(chunkserve_client_options_t, connect_timeout_ms, 16, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_client_options_t, keepalive_interval_ms, 20, 4);
+CHUNKSERVE_FIELD_AT(chunkserve_client_options_t, tls_ca_file, 24, 8);
+CHUNKSERVE_FIELD_AT(chunkserve_client_options_t, tls_cert_file, 32, 8);
+CHUNKSERVE_FIELD_AT(chunkserve_client_options_t, tls_key_file, 40, 8);
 
 #undef CHUNKSERVE_FIELD_AT
 

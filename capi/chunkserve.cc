@@ -273,6 +273,9 @@ chunkserve_client_options_t DefaultClientOptions() {
   o.host = nullptr;
   o.connect_timeout_ms = kDefaultConnectTimeoutMs;
   o.keepalive_interval_ms = kDefaultKeepaliveMs;
+  o.tls_ca_file = nullptr;
+  o.tls_cert_file = nullptr;
+  o.tls_key_file = nullptr;
   return o;
 }
 
@@ -301,6 +304,15 @@ Status ToClientOptions(const chunkserve_client_options_t& in, cs::capi::RemoteCl
       std::chrono::milliseconds(in.keepalive_interval_ms == -1  ? 0
                                 : in.keepalive_interval_ms != 0 ? in.keepalive_interval_ms
                                                                 : kDefaultKeepaliveMs);
+  // Version 2: TLS (NULL in a version 1 caller's struct: the defaults).
+  const auto text = [](const char* p) { return p != nullptr ? std::string(p) : std::string(); };
+  out->tls.ca_file = text(in.tls_ca_file);
+  out->tls.cert_file = text(in.tls_cert_file);
+  out->tls.key_file = text(in.tls_key_file);
+  if (!out->tls.enabled() && !(out->tls.cert_file.empty() && out->tls.key_file.empty())) {
+    return Status::InvalidArgument(std::string(kFn) +
+                                   ": tls_cert_file and tls_key_file need tls_ca_file");
+  }
   return Status::Ok();
 }
 

@@ -46,6 +46,7 @@ class ClientCore {
   asio::steady_timer reconnect_timer;         // network thread only
   std::chrono::milliseconds backoff{0};       // network thread only
   std::string auth_key;                       // proven when the server challenges
+  std::shared_ptr<wire::TlsContext> tls;      // null: plain TCP
   // Requests with a deadline: a timer that ends the request locally a grace period after it.
   std::unordered_map<uint64_t, std::shared_ptr<asio::steady_timer>> deadline_timers;
 
@@ -374,6 +375,8 @@ void StartConnection(ClientCore& c, asio::ip::tcp::socket socket) {
   EnableTcpKeepalive(socket);
   // The connection's own deadlines stay off: a client may wait arbitrarily long for tokens.
   wire::ConnectionOptions options;
+  options.tls = c.tls;
+  options.tls_host = c.options.host;
   if (!c.auth_key.empty()) {
     options.client_auth = wire::ClientAuth{c.auth_key, wire::schema::AuthRole::CLIENT};
   }
@@ -457,10 +460,58 @@ void RunLoop(ClientCore& c) {
 
 }  // namespace
 
+namespace {
+
+// Before the network thread starts: runs the loop on the caller's thread until the first
+// connection's TLS handshake completed, failed or ran out of time (then it is closed).
+Status AwaitHandshake(ClientCore& c, std::chrono::steady_clock::time_point deadline) {
+  std::shared_ptr<wire::Connection> connection;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    connection = c.connection;
+  }
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.closing = true;  // a failed first handshake is Connect's error, not a reason to reconnect
+  }
+  while (connection != nullptr && !connection->established() && !connection->closed()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline || c.io.stopped()) break;
+    c.io.run_one_for(deadline - now);
+  }
+  c.io.restart();
+  if (connection != nullptr && connection->established()) {
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.closing = false;
+    return Status::Ok();
+  }
+  CancelTimers(c);
+  if (connection != nullptr && !connection->closed()) {
+    connection->Close(Status::DeadlineExceeded("TLS handshake timed out"));
+    c.io.poll();
+    return Status::Unavailable("the TLS handshake with " + c.peer + " did not complete within " +
+                               std::to_string(c.options.connect_timeout.count()) + " ms");
+  }
+  c.io.poll();
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.down_code == StatusCode::kUnauthenticated) {
+    return Status::Unauthenticated(c.down_reason);
+  }
+  return Status::Unavailable(c.down_reason.empty() ? "connection to " + c.peer + " lost"
+                                                   : c.down_reason);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<RemoteClient>> RemoteClient::Connect(const RemoteClientOptions& options) {
   auto core = std::make_shared<ClientCore>(options);
   ClientCore& c = *core;
   const std::string& peer = c.peer;
+  const auto connect_deadline = std::chrono::steady_clock::now() + options.connect_timeout;
+  if (options.tls.enabled()) {
+    CHUNKSERVE_ASSIGN_OR_RETURN(
+        c.tls, wire::TlsContext::Create(wire::TlsContext::Side::kClient, options.tls));
+  }
 
   asio::error_code ec;
   asio::ip::tcp::resolver resolver(c.io);
@@ -498,6 +549,7 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::Connect(const RemoteClientOp
     }
   }
   StartConnection(c, std::move(socket));
+  if (c.tls != nullptr) CHUNKSERVE_RETURN_IF_ERROR(AwaitHandshake(c, connect_deadline));
 
   std::unique_ptr<RemoteClient> client(new RemoteClient());
   client->core_ = core;

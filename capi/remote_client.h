@@ -18,6 +18,10 @@
 // streams with kError / Unauthenticated (not retryable as is) and Submit answers Unauthenticated
 // until a connection is up again.
 //
+// TLS: with `tls.ca_file` every connection (reconnects too) is TLS; the server's certificate
+// must be signed by that CA and name `host`. Connect completes the first handshake within
+// connect_timeout, so a wrong CA or a plaintext server is Connect's Unauthenticated error.
+//
 // Lifetime: streams keep a std::weak_ptr to the shared ClientCore (to send Cancel and to forget
 // their id when destroyed), so they may outlive the client; the io_context lives in the core and
 // the network thread is joined by ~RemoteClient before the client lets go of the core.
@@ -35,6 +39,7 @@
 #include "runtime/base/status.h"
 #include "runtime/sched/request.h"
 #include "runtime/sched/stream.h"
+#include "runtime/wire/tls.h"
 
 namespace chunkserve::capi {
 
@@ -48,6 +53,7 @@ struct RemoteClientOptions {
   std::chrono::milliseconds reconnect_max{5000};
   std::string auth_key;        // empty: from the environment (see above) when auth_from_env
   bool auth_from_env = true;
+  wire::TlsFiles tls;          // ca_file set: TLS, the server's certificate must name `host`
 };
 
 // A request as sent: the engine's options plus the relative deadline the wire carries.

@@ -23,6 +23,12 @@ type ClientOptions struct {
 	// KeepaliveInterval is how often a health probe keeps an idle connection open on servers
 	// with an idle deadline; 0: 5 s; negative: no probes.
 	KeepaliveInterval time.Duration
+	// TLSCAFile turns on TLS: a PEM file with the CA that signed the server's certificate, whose
+	// names must cover the host dialled. Empty: plaintext.
+	TLSCAFile string
+	// TLSCertFile and TLSKeyFile: an optional certificate this client presents (both or
+	// neither; clients need none).
+	TLSCertFile, TLSKeyFile string
 }
 
 // Client is a connection to a remote chunkserve-router or chunkserve-worker. Generate returns the
@@ -38,8 +44,9 @@ type Client struct {
 }
 
 // Dial connects to address ("host:port"; the host may be a name or an IPv4/IPv6 address).
-// Errors: ErrInvalidArgument for a malformed address or options, ErrUnavailable when the host does
-// not resolve, refuses the connection or does not answer within ConnectTimeout.
+// Errors: ErrInvalidArgument for a malformed address or options (or TLS files that cannot be
+// used), ErrUnavailable when the host does not resolve, refuses the connection or does not answer
+// within ConnectTimeout, Unauthenticated when the TLS handshake fails.
 func Dial(address string, opts ClientOptions) (*Client, error) {
 	host, portText, err := net.SplitHostPort(address)
 	if err != nil {
@@ -78,6 +85,17 @@ func Dial(address string, opts ClientOptions) (*Client, error) {
 	chost := C.CString(host)
 	defer C.free(unsafe.Pointer(chost))
 	o.host = chost
+	for _, f := range []struct {
+		path string
+		dst  **C.char
+	}{{opts.TLSCAFile, &o.tls_ca_file}, {opts.TLSCertFile, &o.tls_cert_file},
+		{opts.TLSKeyFile, &o.tls_key_file}} {
+		if f.path != "" {
+			cpath := C.CString(f.path)
+			defer C.free(unsafe.Pointer(cpath))
+			*f.dst = cpath
+		}
+	}
 	var ptr *C.chunkserve_client_t
 	if st := C.chunkserve_client_create(&o, &ptr, &cerr); st != 0 {
 		return nil, fromC(st, cerr)

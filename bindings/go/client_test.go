@@ -14,14 +14,16 @@ import (
 
 // startWorker runs a real chunkserve-worker (CHUNKSERVE_WORKER_BIN, set by ctest) on
 // 127.0.0.1 with an ephemeral port and returns its "host:port". The process is killed at cleanup.
-func startWorker(t *testing.T) string {
+// extra: more flags (e.g. TLS).
+func startWorker(t *testing.T, extra ...string) string {
 	t.Helper()
 	bin := os.Getenv("CHUNKSERVE_WORKER_BIN")
 	if bin == "" {
 		t.Skip("CHUNKSERVE_WORKER_BIN is not set (ctest sets it)")
 	}
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--threads", "1", "--kv-cache-mb", "32",
-		"--chunk-size", "16") // as testOptions(), so in-process references compute the same way
+	args := []string{"--listen", "127.0.0.1:0", "--threads", "1", "--kv-cache-mb", "32",
+		"--chunk-size", "16"} // as testOptions(), so in-process references compute the same way
+	cmd := exec.Command(bin, append(args, extra...)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -60,6 +62,33 @@ func dial(t *testing.T, address string) *Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// The test certificates of tests/testing/tls (this package's directory is bindings/go).
+const tlsFixtures = "../../tests/testing/tls/"
+
+func TestClientSpeaksTLSWithTheClusterCA(t *testing.T) {
+	addr := startWorker(t, "--tls-ca", tlsFixtures+"ca.pem", "--tls-cert", tlsFixtures+"node.pem",
+		"--tls-key", tlsFixtures+"node.key")
+	client, err := Dial(addr, ClientOptions{TLSCAFile: tlsFixtures + "ca.pem"})
+	if err != nil {
+		t.Fatalf("Dial with the cluster CA: %v", err)
+	}
+	defer client.Close()
+	s, err := client.Generate(context.Background(), Request{Prompt: prompt(30, 2), MaxNewTokens: 4})
+	if err != nil {
+		t.Fatalf("Generate: %v", err)
+	}
+	defer s.Close()
+	if tokens, f, err := s.Collect(); err != nil || len(tokens) != 4 || f.Reason != FinishLength {
+		t.Fatalf("over TLS: %v %+v %v", tokens, f, err)
+	}
+	// A server certificate the given CA did not sign: refused at Dial.
+	_, err = Dial(addr, ClientOptions{TLSCAFile: tlsFixtures + "other-ca.pem"})
+	var e *Error
+	if !errors.As(err, &e) || e.Code != Unauthenticated {
+		t.Fatalf("Dial with another CA: %v, want Unauthenticated", err)
+	}
 }
 
 func TestClientStreamsTheEnginesGreedyTokens(t *testing.T) {

@@ -98,5 +98,8 @@ int main(void) {
   FIELD(chunkserve_client_options_t, host);
   FIELD(chunkserve_client_options_t, connect_timeout_ms);
   FIELD(chunkserve_client_options_t, keepalive_interval_ms);
+  FIELD(chunkserve_client_options_t, tls_ca_file);
+  FIELD(chunkserve_client_options_t, tls_cert_file);
+  FIELD(chunkserve_client_options_t, tls_key_file);
   return 0;
 }

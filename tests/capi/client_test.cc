@@ -5,7 +5,7 @@
 // connection kept open past the worker's handshake and idle deadlines, the same tokens through a
 // real chunkserve-router in front of the worker, that router killed and restarted under load
 // (the client reconnects by itself), and a router with a cluster secret and client token (the
-// token from the environment works; none or a wrong one ends requests UNAUTHENTICATED).
+// token from the environment works; none or a wrong one ends requests UNAUTHENTICATED), and TLS.
 //
 // The client is driven through the public header only; tests/worker's WorkerProcess starts and
 // kills the worker.
@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "tests/capi/capi_testing.h"
+#include "tests/testing/tls_fixtures.h"
 #include "tests/worker/worker_process.h"
 
 namespace chunkserve::capi {
@@ -336,6 +337,74 @@ TEST(CHUNKSERVE_CLIENT_SUITE, CancelAgainstAServerThatNeverAnswersEndsInBoundedT
   client.reset();
   EXPECT_EQ(Drain(abandoned.get()).finish.finish_reason, CHUNKSERVE_FINISH_UNAVAILABLE);
   ::close(fd);
+}
+
+// TLS (the worker started with --tls-*; test certificates from tests/testing/tls): with the
+// cluster CA the client gets the same tokens; another CA, a plaintext client and a TLS client of
+// a plaintext server are refused UNAUTHENTICATED; unusable files are INVALID_ARGUMENT.
+TEST(CHUNKSERVE_CLIENT_SUITE, SpeaksTlsWithTheClusterCa) {
+  const wire::TlsFiles node = chunkserve::testing::NodeTlsFiles();
+  auto worker = StartWorker(chunkserve::testing::TlsFlags(node));
+  ASSERT_NE(worker, nullptr);
+  const std::vector<int32_t> prompt = Prompt(40, 6);
+  const auto create = [](chunkserve_client_options_t o, ErrorPtr* error) {
+    chunkserve_client_t* raw = nullptr;
+    const chunkserve_status_t st = chunkserve_client_create(&o, &raw, Out(*error));
+    return std::make_pair(st, ClientPtr(raw));
+  };
+
+  chunkserve_client_options_t o = ClientOptions(worker->port());
+  o.tls_ca_file = node.ca_file.c_str();
+  ErrorPtr error;
+  auto [st, client] = create(o, &error);
+  ASSERT_EQ(st, CHUNKSERVE_STATUS_OK) << chunkserve_error_message(error.get());
+  StreamPtr stream = SubmitRemote(client.get(), prompt, 8);
+  ASSERT_NE(stream, nullptr);
+  EXPECT_EQ(Drain(stream.get()).tokens, InProcessTokens(prompt, 8));
+
+  // A certificate from another authority: create fails, saying why.
+  const std::string other_ca = chunkserve::testing::TlsFixture("other-ca.pem");
+  o.tls_ca_file = other_ca.c_str();
+  auto [wrong_st, wrong] = create(o, &error);
+  EXPECT_EQ(wrong_st, CHUNKSERVE_STATUS_UNAUTHENTICATED);
+  EXPECT_THAT(chunkserve_error_message(error.get()), HasSubstr("TLS"));
+  EXPECT_EQ(wrong, nullptr);
+
+  // Unusable files.
+  o.tls_ca_file = "/nonexistent/ca.pem";
+  EXPECT_EQ(create(o, &error).first, CHUNKSERVE_STATUS_INVALID_ARGUMENT);
+  o.tls_ca_file = nullptr;
+  o.tls_cert_file = node.cert_file.c_str();
+  o.tls_key_file = node.key_file.c_str();
+  EXPECT_EQ(create(o, &error).first, CHUNKSERVE_STATUS_INVALID_ARGUMENT);
+  EXPECT_THAT(chunkserve_error_message(error.get()), HasSubstr("tls_ca_file"));
+
+  // Plaintext to the TLS worker: refused for its credentials, never served.
+  ClientPtr plain = ConnectOrDie(worker->port());
+  ASSERT_NE(plain, nullptr);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const chunkserve_request_options_t r = RequestFor(prompt, 4);
+    chunkserve_stream_t* raw = nullptr;
+    const chunkserve_status_t submitted = chunkserve_client_submit(plain.get(), &r, &raw, Out(error));
+    if (submitted != CHUNKSERVE_STATUS_OK) {
+      EXPECT_EQ(submitted, CHUNKSERVE_STATUS_UNAUTHENTICATED) << chunkserve_error_message(error.get());
+      std::this_thread::sleep_for(30ms);
+      continue;
+    }
+    StreamPtr refused(raw);
+    const Outcome out = Drain(refused.get());
+    EXPECT_EQ(out.finish.status, CHUNKSERVE_STATUS_UNAUTHENTICATED) << out.message;
+  }
+
+  // TLS to a plaintext worker: create fails at once.
+  auto plain_worker = StartWorker();
+  ASSERT_NE(plain_worker, nullptr);
+  chunkserve_client_options_t p = ClientOptions(plain_worker->port());
+  p.tls_ca_file = node.ca_file.c_str();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(create(p, &error).first, CHUNKSERVE_STATUS_UNAUTHENTICATED)
+      << chunkserve_error_message(error.get());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
 }
 
 TEST(CHUNKSERVE_CLIENT_SUITE, ConnectingToAClosedPortFailsClearly) {

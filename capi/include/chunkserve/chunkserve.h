@@ -431,7 +431,7 @@ CHUNKSERVE_API void chunkserve_stream_destroy(chunkserve_stream_t* stream);
 typedef struct chunkserve_client chunkserve_client_t;
 
 /* Client options. Fill with chunkserve_client_options_init, then set host and port.
- * Version 1 (chunkserve 0.1): 24 bytes on LP64. */
+ * Version 1 (chunkserve 0.1): 24 bytes on LP64. Version 2 (TLS fields): 48 bytes. */
 typedef struct chunkserve_client_options {
   uint32_t struct_size;          /* sizeof(chunkserve_client_options_t) the caller was built with */
   int32_t port;                  /* TCP port of the router or worker, 1..65535; no default */
@@ -441,6 +441,14 @@ typedef struct chunkserve_client_options {
                                     name is resolved by the system resolver first) */
   int32_t keepalive_interval_ms; /* a health probe is sent this often so that servers with an
                                     idle deadline keep the connection; 0: default 5000; -1: off */
+  /* Version 2. TLS to a router or worker started with --tls-ca/--tls-cert/--tls-key. Paths are
+   * borrowed for the create call; the files are read then. */
+  const char* tls_ca_file;       /* PEM CA certificate(s) that must have signed the server's
+                                    certificate, whose names must cover `host`; NULL or "":
+                                    plaintext */
+  const char* tls_cert_file;     /* optional PEM certificate this client presents (with
+                                    tls_key_file; a client needs none); NULL or "": none */
+  const char* tls_key_file;      /* its PEM private key; NULL or "": none */
 } chunkserve_client_options_t;
 
 /* Fills *options with the defaults (no host, port 0) and sets struct_size, as
@@ -450,10 +458,13 @@ CHUNKSERVE_API chunkserve_status_t chunkserve_client_options_init(
 
 /* Resolves options->host, connects to it within connect_timeout_ms and starts the client's
  * network thread. On success *out_client is a new client the caller destroys with
- * chunkserve_client_destroy; on failure it is set to NULL.
+ * chunkserve_client_destroy; on failure it is set to NULL. With tls_ca_file the TLS handshake
+ * completes within connect_timeout_ms as well.
  * Errors: INVALID_ARGUMENT (NULL options or out_client, bad struct_size, empty host, port out of
- * range, negative timeout), UNAVAILABLE (the host does not resolve, the connection is refused or
- * does not complete within the timeout; the message says which). */
+ * range, negative timeout, a TLS file that cannot be read or a certificate without its key),
+ * UNAVAILABLE (the host does not resolve, the connection is refused or does not complete within
+ * the timeout; the message says which), UNAUTHENTICATED (the TLS handshake failed: the server's
+ * certificate is not from that CA or does not name `host`, or the server does not speak TLS). */
 CHUNKSERVE_API chunkserve_status_t chunkserve_client_create(
     const chunkserve_client_options_t* options, chunkserve_client_t** out_client,
     chunkserve_error_t** out_error);

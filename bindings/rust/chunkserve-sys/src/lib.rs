@@ -241,13 +241,16 @@ structs! {
         pub error_message: *const c_char,
     }
 
-    /// Remote client options (version 1: 24 bytes).
+    /// Remote client options (version 1: 24 bytes; version 2 adds the TLS files: 48 bytes).
     pub struct chunkserve_client_options_t {
         pub struct_size: u32,
         pub port: i32,
         pub host: *const c_char,
         pub connect_timeout_ms: i32,
         pub keepalive_interval_ms: i32,
+        pub tls_ca_file: *const c_char,
+        pub tls_cert_file: *const c_char,
+        pub tls_key_file: *const c_char,
     }
 }
 

@@ -413,6 +413,12 @@ pub struct ClientOptions {
     /// How often a health probe keeps an idle connection open on servers with an idle deadline;
     /// None: 5 s; `Some(Duration::ZERO)`: no probes.
     pub keepalive_interval: Option<Duration>,
+    /// TLS: a PEM file with the CA that signed the server's certificate (whose names must cover
+    /// the host); None: plaintext.
+    pub tls_ca_file: Option<std::path::PathBuf>,
+    /// An optional certificate and key this client presents (both or neither; clients need none).
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    pub tls_key_file: Option<std::path::PathBuf>,
 }
 
 /// A connection to a remote chunkserve-router or chunkserve-worker. [`Client::submit`] returns
@@ -439,8 +445,9 @@ fn clamp_ms(d: Duration) -> i32 {
 
 impl Client {
     /// Connects to `host:port` (the host may be a name or an IPv4/IPv6 address). Errors:
-    /// `InvalidArgument` (empty host, port 0), `Unavailable` (does not resolve, refused, timed
-    /// out; the message says which).
+    /// `InvalidArgument` (empty host, port 0, unusable TLS files), `Unavailable` (does not
+    /// resolve, refused, timed out; the message says which), `Unauthenticated` (the TLS
+    /// handshake failed).
     pub fn connect(host: &str, port: u16, options: &ClientOptions) -> Result<Client> {
         // SAFETY: zeroed is a valid bit pattern for the plain C struct; init overwrites it.
         let mut o: sys::chunkserve_client_options_t = unsafe { std::mem::zeroed() };
@@ -461,8 +468,28 @@ impl Client {
         if let Some(t) = options.keepalive_interval {
             o.keepalive_interval_ms = if t.is_zero() { -1 } else { clamp_ms(t) };
         }
+        let path = |p: &Option<std::path::PathBuf>| -> Result<Option<CString>> {
+            p.as_ref()
+                .map(|p| {
+                    let text = p.to_str().ok_or_else(|| {
+                        Error::new(Code::InvalidArgument, "TLS file path is not UTF-8")
+                    })?;
+                    CString::new(text)
+                        .map_err(|_| Error::new(Code::InvalidArgument, "TLS file path contains NUL"))
+                })
+                .transpose()
+        };
+        let (ca, cert, key) = (
+            path(&options.tls_ca_file)?,
+            path(&options.tls_cert_file)?,
+            path(&options.tls_key_file)?,
+        );
+        let as_ptr = |c: &Option<CString>| c.as_ref().map_or(ptr::null(), |c| c.as_ptr());
+        o.tls_ca_file = as_ptr(&ca);
+        o.tls_cert_file = as_ptr(&cert);
+        o.tls_key_file = as_ptr(&key);
         let mut raw = ptr::null_mut();
-        // SAFETY: o and host outlive the call; raw receives a new client on success.
+        // SAFETY: o, host and the TLS paths outlive the call; raw receives a new client on success.
         call(|e| unsafe { sys::chunkserve_client_create(&o, &mut raw, e) })?;
         let ptr = NonNull::new(raw).ok_or_else(|| Error::new(Code::Internal, "null client"))?;
         Ok(Client { ptr })

@@ -24,6 +24,15 @@ impl Drop for Worker {
 }
 
 fn start_worker() -> Option<Worker> {
+    start_worker_with(&[])
+}
+
+/// The test certificates of tests/testing/tls.
+fn tls_fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/testing/tls").join(name)
+}
+
+fn start_worker_with(extra: &[&std::ffi::OsStr]) -> Option<Worker> {
     let Some(bin) = std::env::var_os("CHUNKSERVE_WORKER_BIN") else {
         eprintln!("CHUNKSERVE_WORKER_BIN is not set (ctest sets it); skipping");
         return None;
@@ -39,6 +48,7 @@ fn start_worker() -> Option<Worker> {
             "32",
         ])
         .args(["--chunk-size", "16"])
+        .args(extra)
         .stdout(Stdio::piped())
         .spawn()
         .expect("starting chunkserve-worker");
@@ -137,4 +147,43 @@ fn cancelling_a_remote_stream() {
         .expect("connecting to a closed port fails");
     assert_eq!(err.code, Code::Unavailable);
     assert!(err.message.contains(&port.to_string()), "{err}");
+}
+
+#[test]
+fn speaks_tls_with_the_cluster_ca() {
+    let (ca, cert, key) = (tls_fixture("ca.pem"), tls_fixture("node.pem"), tls_fixture("node.key"));
+    let Some(worker) = start_worker_with(&[
+        "--tls-ca".as_ref(),
+        ca.as_os_str(),
+        "--tls-cert".as_ref(),
+        cert.as_os_str(),
+        "--tls-key".as_ref(),
+        key.as_os_str(),
+    ]) else {
+        return;
+    };
+    let options = ClientOptions {
+        tls_ca_file: Some(ca.clone()),
+        ..Default::default()
+    };
+    let client = Client::connect("127.0.0.1", worker.port, &options).expect("connect over TLS");
+    let prompt = common::prompt(30, 2);
+    let request = Request {
+        prompt: &prompt,
+        max_new_tokens: 4,
+        ..Default::default()
+    };
+    let mut stream = client.submit(&request).expect("submit");
+    let tokens: Vec<i32> = stream.by_ref().collect::<Result<_, _>>().expect("tokens");
+    assert_eq!(tokens.len(), 4);
+    assert_eq!(stream.finish().expect("finish").reason, FinishReason::Length);
+    // A server certificate the given CA did not sign: refused at connect.
+    let other = ClientOptions {
+        tls_ca_file: Some(tls_fixture("other-ca.pem")),
+        ..Default::default()
+    };
+    let err = Client::connect("127.0.0.1", worker.port, &other)
+        .err()
+        .expect("refused");
+    assert_eq!(err.code, Code::Unauthenticated, "{err}");
 }
