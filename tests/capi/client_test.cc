@@ -100,6 +100,28 @@ void WaitForFirstToken(chunkserve_stream_t* stream, std::vector<int32_t>* tokens
   tokens->push_back(e.token);
 }
 
+// A client the server refuses for its credentials (no key, a wrong one, plaintext to a TLS
+// server), while it keeps reconnecting: every attempt fails UNAUTHENTICATED, at submit (between
+// connections) or as the stream's end (sent on a fresh connection).
+void ExpectEveryAttemptUnauthenticated(chunkserve_client_t* client,
+                                       const std::vector<int32_t>& prompt, int attempts) {
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    const chunkserve_request_options_t r = RequestFor(prompt, 4);
+    chunkserve_stream_t* raw = nullptr;
+    ErrorPtr error;
+    const chunkserve_status_t submitted = chunkserve_client_submit(client, &r, &raw, Out(error));
+    if (submitted != CHUNKSERVE_STATUS_OK) {
+      EXPECT_EQ(submitted, CHUNKSERVE_STATUS_UNAUTHENTICATED) << chunkserve_error_message(error.get());
+      std::this_thread::sleep_for(30ms);
+      continue;
+    }
+    StreamPtr stream(raw);
+    const Outcome out = Drain(stream.get());
+    EXPECT_EQ(out.finish.finish_reason, CHUNKSERVE_FINISH_ERROR) << out.message;
+    EXPECT_EQ(out.finish.status, CHUNKSERVE_STATUS_UNAUTHENTICATED) << out.message;
+  }
+}
+
 // The greedy tokens of the in-process engine (same built-in tiny model as the worker).
 std::vector<int32_t> InProcessTokens(const std::vector<int32_t>& prompt, int32_t max_new) {
   EnginePtr engine = CreateEngineOrDie(SmallEngineOptions());
@@ -382,19 +404,7 @@ TEST(CHUNKSERVE_CLIENT_SUITE, SpeaksTlsWithTheClusterCa) {
   // Plaintext to the TLS worker: refused for its credentials, never served.
   ClientPtr plain = ConnectOrDie(worker->port());
   ASSERT_NE(plain, nullptr);
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    const chunkserve_request_options_t r = RequestFor(prompt, 4);
-    chunkserve_stream_t* raw = nullptr;
-    const chunkserve_status_t submitted = chunkserve_client_submit(plain.get(), &r, &raw, Out(error));
-    if (submitted != CHUNKSERVE_STATUS_OK) {
-      EXPECT_EQ(submitted, CHUNKSERVE_STATUS_UNAUTHENTICATED) << chunkserve_error_message(error.get());
-      std::this_thread::sleep_for(30ms);
-      continue;
-    }
-    StreamPtr refused(raw);
-    const Outcome out = Drain(refused.get());
-    EXPECT_EQ(out.finish.status, CHUNKSERVE_STATUS_UNAUTHENTICATED) << out.message;
-  }
+  ExpectEveryAttemptUnauthenticated(plain.get(), prompt, 3);
 
   // TLS to a plaintext worker: create fails at once.
   auto plain_worker = StartWorker();
@@ -850,23 +860,7 @@ TEST(CHUNKSERVE_CLIENT_SUITE, AuthenticatesWithTheTokenFromTheEnvironment) {
     ::unsetenv("CHUNKSERVE_CLUSTER_SECRET");
     ClientPtr client = ConnectOrDie(router.port());
     ASSERT_NE(client, nullptr);
-    // Every attempt is refused with that code, while the client keeps reconnecting: at submit
-    // (between connections) or as the stream's end (sent on a fresh connection).
-    for (int attempt = 0; attempt < 5; ++attempt) {
-      const chunkserve_request_options_t r = RequestFor(prompt, 4);
-      chunkserve_stream_t* raw = nullptr;
-      ErrorPtr error;
-      const chunkserve_status_t submitted = chunkserve_client_submit(client.get(), &r, &raw, Out(error));
-      if (submitted != CHUNKSERVE_STATUS_OK) {
-        EXPECT_EQ(submitted, CHUNKSERVE_STATUS_UNAUTHENTICATED) << chunkserve_error_message(error.get());
-        std::this_thread::sleep_for(30ms);
-        continue;
-      }
-      StreamPtr stream(raw);
-      const Outcome out = Drain(stream.get());
-      EXPECT_EQ(out.finish.finish_reason, CHUNKSERVE_FINISH_ERROR) << out.message;
-      EXPECT_EQ(out.finish.status, CHUNKSERVE_STATUS_UNAUTHENTICATED) << out.message;
-    }
+    ExpectEveryAttemptUnauthenticated(client.get(), prompt, 5);
   }
 
   ::setenv("CHUNKSERVE_CLIENT_TOKEN", "client-token-0123456789abcdef", 1);

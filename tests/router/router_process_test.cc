@@ -305,16 +305,7 @@ TEST(RouterProcessTest, BadInputNeverStopsTheRouter) {
   // A Register with no usable address is refused; it does not become a member.
   {
     ASSERT_OK_AND_ASSIGN(auto fake, router->Connect());
-    capnp::MallocMessageBuilder b;
-    auto r = b.initRoot<Envelope>().initRegister();
-    r.setWorkerId("fake");
-    r.setChunkSize(64);
-    r.setChunkHashVersion(1);
-    r.setAddress("nowhere");
-    ASSERT_OK(fake->Send(b));
-    ASSERT_OK_AND_ASSIGN(DecodedMessage ack, fake->Receive(30s));
-    ASSERT_EQ(ack.root().which(), Envelope::REGISTER_ACK);
-    EXPECT_FALSE(ack.root().getRegisterAck().getAccepted());
+    EXPECT_OK(RegisterRefusedFor(*fake, "fake", "nowhere").status());
   }
   // Worker-only messages from a client, bad Generates: errors, nothing else.
   ASSERT_OK_AND_ASSIGN(auto client, router->Connect());

@@ -442,18 +442,9 @@ TEST(RouterResilienceTest, WithTlsOnlyCertifiedWorkersJoinAndPlaintextPeersAreRe
   // A TLS client without a certificate cannot register as a worker.
   ASSERT_OK_AND_ASSIGN(auto pretender, WireClient::Connect("127.0.0.1", router->port(), 10s, {},
                                                            std::nullopt, ca_only));
-  capnp::MallocMessageBuilder b;
-  auto r = b.initRoot<Envelope>().initRegister();
-  r.setWorkerId("pretender");
-  r.setChunkSize(64);
-  r.setChunkHashVersion(1);
-  r.setAddress("127.0.0.1:1");
-  ASSERT_OK(pretender->Send(b));
-  ASSERT_OK_AND_ASSIGN(DecodedMessage ack, pretender->Receive(10s));
-  ASSERT_EQ(ack.root().which(), Envelope::REGISTER_ACK);
-  EXPECT_FALSE(ack.root().getRegisterAck().getAccepted());
-  EXPECT_NE(std::string(ack.root().getRegisterAck().getReason().cStr()).find("certificate"),
-            std::string::npos);
+  ASSERT_OK_AND_ASSIGN(const std::string reason,
+                       RegisterRefusedFor(*pretender, "pretender", "127.0.0.1:1"));
+  EXPECT_NE(reason.find("certificate"), std::string::npos) << reason;
   ExpectWorkersAlive(*router, 1);
   EXPECT_EQ(RunOne(*client, 2, Tokens(20, 2), 4).reason, FinishReason::LENGTH);
 }

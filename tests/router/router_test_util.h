@@ -87,6 +87,25 @@ inline Status SendGenerate(WireClient& c, uint64_t id, const std::vector<uint32_
   return c.Send(b);
 }
 
+// Sends a Register as a (fake) worker would and returns the router's RegisterAck reason, or
+// the status when the answer is not a refusal: for tests that expect the registration refused.
+inline Result<std::string> RegisterRefusedFor(WireClient& c, const std::string& worker_id,
+                                               const std::string& address) {
+  capnp::MallocMessageBuilder b;
+  auto r = b.initRoot<Envelope>().initRegister();
+  r.setWorkerId(worker_id);
+  r.setChunkSize(64);
+  r.setChunkHashVersion(1);
+  r.setAddress(address);
+  CHUNKSERVE_RETURN_IF_ERROR(c.Send(b));
+  CHUNKSERVE_ASSIGN_OR_RETURN(DecodedMessage ack, c.Receive(std::chrono::seconds(30)));
+  if (ack.root().which() != Envelope::REGISTER_ACK) {
+    return Status::Internal("expected a RegisterAck");
+  }
+  if (ack.root().getRegisterAck().getAccepted()) return Status::Internal("registration accepted");
+  return std::string(ack.root().getRegisterAck().getReason().cStr());
+}
+
 inline Status SendCancel(WireClient& c, uint64_t id) {
   capnp::MallocMessageBuilder b;
   b.initRoot<Envelope>().initCancel().setRequestId(id);
