@@ -1,6 +1,7 @@
 #!/bin/sh
 # `cmake --install` of libchunkserve into a scratch prefix, then a C program built against it
-# through pkg-config only, and run: the installed header, library, soname links and .pc work.
+# through pkg-config only, and run: the installed header, library, soname links and .pc work, and
+# no installed file has an empty or relative RUNPATH entry.
 #
 #   install_test.sh <cmake> <build dir> <C compiler> <example.c>
 set -eu
@@ -26,4 +27,5 @@ echo "install_test: pkg-config gives: $flags"
 tail -1 "$prefix/out.txt"
 ldd "$prefix/example" | grep -q "$libdir/libchunkserve.so.0" || {
   echo "install_test: the example did not load the installed library"; exit 1; }
+"$(dirname "$0")/runpath_test.sh" "$prefix"
 echo "install_test: ok"
