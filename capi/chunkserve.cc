@@ -17,6 +17,7 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -101,9 +102,15 @@ Status NullArgument(const char* function, const char* name) {
   return Status::InvalidArgument(std::string(function) + ": " + name + " is NULL");
 }
 
+// The largest struct_size accepted: a caller built against a newer header may pass a bigger
+// struct than this library knows (its extra fields must then be zero when read), never an absurd
+// one.
+constexpr uint32_t kMaxStructSize = 4096;
+
 Status CheckStructSize(const char* function, const char* type, uint32_t struct_size, size_t v1_size,
                        size_t current_size) {
-  if (struct_size >= v1_size && struct_size <= current_size) return Status::Ok();
+  (void)current_size;
+  if (struct_size >= v1_size && struct_size <= kMaxStructSize) return Status::Ok();
   return Status::InvalidArgument(std::string(function) + ": " + type + ".struct_size is " +
                                  std::to_string(struct_size) + ", expected " +
                                  std::to_string(v1_size) + ".." + std::to_string(current_size) +
@@ -112,11 +119,34 @@ Status CheckStructSize(const char* function, const char* type, uint32_t struct_s
 
 // Copies the caller's struct over `*out` (which holds the defaults): only the bytes the caller's
 // struct_size covers are read, so fields newer than the caller keep their defaults.
+// A struct larger than this library's (from a newer header) is read as far as this library
+// knows it; its newer fields must be zero (their defaults), so that a request this library cannot
+// honour fails instead of being silently changed.
 template <typename T>
 Status ReadVersioned(const char* function, const char* type, const T* in, size_t v1_size, T* out) {
-  CHUNKSERVE_RETURN_IF_ERROR(CheckStructSize(function, type, in->struct_size, v1_size, sizeof(T)));
-  std::memcpy(static_cast<void*>(out), in, in->struct_size);
+  const uint32_t size = in->struct_size;
+  CHUNKSERVE_RETURN_IF_ERROR(CheckStructSize(function, type, size, v1_size, sizeof(T)));
+  if (size > sizeof(T)) {
+    const auto* extra = reinterpret_cast<const unsigned char*>(in) + sizeof(T);
+    for (size_t i = 0; i < size - sizeof(T); ++i) {
+      if (extra[i] != 0) {
+        return Status::InvalidArgument(
+            std::string(function) + ": " + type + " sets fields this library (" +
+            chunkserve::capi::kVersionString + ", " + std::to_string(sizeof(T)) +
+            "-byte struct) does not know (byte " + std::to_string(sizeof(T) + i) +
+            " of " + std::to_string(size) + " is not zero): use a library as new as the header");
+      }
+    }
+  }
+  std::memcpy(static_cast<void*>(out), in, std::min<size_t>(size, sizeof(T)));
   return Status::Ok();
+}
+
+// Writes `n` bytes of `value` to `out` and zeroes the caller's bytes past this library's struct.
+template <typename T>
+void CopyOut(const T& value, uint32_t size, T* out) {
+  std::memcpy(static_cast<void*>(out), &value, std::min<size_t>(size, sizeof(T)));
+  if (size > sizeof(T)) std::memset(reinterpret_cast<unsigned char*>(out) + sizeof(T), 0, size - sizeof(T));
 }
 
 // Writes `value` into the caller's struct, only as many bytes as its struct_size says; the
@@ -128,7 +158,7 @@ Status WriteVersioned(const char* function, const char* type, const T& value, si
   CHUNKSERVE_RETURN_IF_ERROR(CheckStructSize(function, type, size, v1_size, sizeof(T)));
   T copy = value;
   copy.struct_size = size;
-  std::memcpy(static_cast<void*>(out), &copy, size);
+  CopyOut(copy, size, out);
   return Status::Ok();
 }
 
@@ -140,7 +170,7 @@ Status InitVersioned(const char* function, const char* type, const T& defaults,
   CHUNKSERVE_RETURN_IF_ERROR(CheckStructSize(function, type, struct_size, v1_size, sizeof(T)));
   T copy = defaults;
   copy.struct_size = struct_size;
-  std::memcpy(static_cast<void*>(out), &copy, struct_size);
+  CopyOut(copy, struct_size, out);
   return Status::Ok();
 }
 
@@ -324,7 +354,23 @@ struct CallbackSlot {
   std::recursive_mutex mu;
   chunkserve_stream_callback_t fn = nullptr;
   void* user_data = nullptr;
+  const void* owner = nullptr;  // the stream's engine or client handle
   bool detached = false;
+};
+
+// The engine or client handle whose stream callback this thread is running (null outside
+// callbacks): its own shutdown or destroy cannot wait for the thread that calls it.
+thread_local const void* t_callback_owner = nullptr;
+
+class InCallbackOf {
+ public:
+  explicit InCallbackOf(const void* owner) : saved_(t_callback_owner) { t_callback_owner = owner; }
+  ~InCallbackOf() { t_callback_owner = saved_; }
+  InCallbackOf(const InCallbackOf&) = delete;
+  InCallbackOf& operator=(const InCallbackOf&) = delete;
+
+ private:
+  const void* saved_;
 };
 
 // Converts an engine event; `message` must outlive the use of the result.
@@ -356,6 +402,8 @@ chunkserve_stream_event_t ToCEvent(const StreamEvent& e, const std::string* mess
 
 struct chunkserve_stream {
   std::shared_ptr<RequestStream> stream;
+  // The engine or client handle that made it: whose thread runs its callback.
+  const void* owner = nullptr;
   // Set for a remote client's stream: cancelling and destroying also tell the server. Weak, as
   // the stream may outlive its client.
   std::weak_ptr<cs::capi::ClientCore> remote;
@@ -443,8 +491,9 @@ const char* chunkserve_finish_reason_name(int32_t finish_reason) {
 chunkserve_status_t chunkserve_engine_options_init(chunkserve_engine_options_t* options,
                                                    uint32_t struct_size,
                                                    chunkserve_error_t** out_error) {
-  return Guard(__func__, out_error, [&] {
-    return InitVersioned(__func__, "chunkserve_engine_options_t", DefaultEngineOptions(),
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&] {
+    return InitVersioned(fn, "chunkserve_engine_options_t", DefaultEngineOptions(),
                          struct_size, chunkserve::capi::kEngineOptionsV1Size, options);
   });
 }
@@ -452,12 +501,13 @@ chunkserve_status_t chunkserve_engine_options_init(chunkserve_engine_options_t* 
 chunkserve_status_t chunkserve_engine_create(const chunkserve_engine_options_t* options,
                                              chunkserve_engine_t** out_engine,
                                              chunkserve_error_t** out_error) {
-  return Guard(__func__, out_error, [&]() -> Status {
-    if (out_engine == nullptr) return NullArgument(__func__, "out_engine");
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (out_engine == nullptr) return NullArgument(fn, "out_engine");
     *out_engine = nullptr;
     chunkserve_engine_options_t c = DefaultEngineOptions();
     if (options != nullptr) {
-      CHUNKSERVE_RETURN_IF_ERROR(ReadVersioned(__func__, "chunkserve_engine_options_t", options,
+      CHUNKSERVE_RETURN_IF_ERROR(ReadVersioned(fn, "chunkserve_engine_options_t", options,
                                                chunkserve::capi::kEngineOptionsV1Size, &c));
     }
     cs::engine::EngineOptions eo;
@@ -470,16 +520,34 @@ chunkserve_status_t chunkserve_engine_create(const chunkserve_engine_options_t* 
 }
 
 void chunkserve_engine_destroy(chunkserve_engine_t* engine) {
-  GuardVoid([&] { delete engine; });
+  if (engine == nullptr) return;
+  GuardVoid([&] {
+    if (t_callback_owner == engine) {
+      // From one of this engine's own callbacks: its step thread is this thread and cannot wait
+      // for itself. Another thread destroys the engine; the step thread finishes this callback,
+      // sees the shutdown and ends, and the destruction completes then.
+      std::thread([engine] { GuardVoid([&] { delete engine; }); }).detach();
+      return;
+    }
+    delete engine;
+  });
 }
 
 chunkserve_status_t chunkserve_engine_shutdown(chunkserve_engine_t* engine, int32_t mode,
                                                chunkserve_error_t** out_error) {
-  return Guard(__func__, out_error, [&]() -> Status {
-    if (engine == nullptr) return NullArgument(__func__, "engine");
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (engine == nullptr) return NullArgument(fn, "engine");
     if (mode != CHUNKSERVE_SHUTDOWN_DRAIN && mode != CHUNKSERVE_SHUTDOWN_ABORT) {
-      return Status::InvalidArgument(std::string(__func__) + ": unknown shutdown mode " +
+      return Status::InvalidArgument(std::string(fn) + ": unknown shutdown mode " +
                                      std::to_string(mode));
+    }
+    if (t_callback_owner == engine) {
+      return Status::FailedPrecondition(
+          std::string(fn) +
+          ": called from a callback of this engine's streams, which runs on the step thread "
+          "that shutdown waits for; call it from another thread (chunkserve_engine_destroy "
+          "from a callback is deferred instead)");
     }
     engine->engine->Shutdown(static_cast<cs::engine::ShutdownMode>(mode));
     return Status::Ok();
@@ -489,8 +557,9 @@ chunkserve_status_t chunkserve_engine_shutdown(chunkserve_engine_t* engine, int3
 chunkserve_status_t chunkserve_request_options_init(chunkserve_request_options_t* options,
                                                     uint32_t struct_size,
                                                     chunkserve_error_t** out_error) {
-  return Guard(__func__, out_error, [&] {
-    return InitVersioned(__func__, "chunkserve_request_options_t", DefaultRequestOptions(),
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&] {
+    return InitVersioned(fn, "chunkserve_request_options_t", DefaultRequestOptions(),
                          struct_size, chunkserve::capi::kRequestOptionsV1Size, options);
   });
 }
@@ -499,18 +568,20 @@ chunkserve_status_t chunkserve_engine_submit(chunkserve_engine_t* engine,
                                              const chunkserve_request_options_t* request,
                                              chunkserve_stream_t** out_stream,
                                              chunkserve_error_t** out_error) {
-  return Guard(__func__, out_error, [&]() -> Status {
-    if (out_stream == nullptr) return NullArgument(__func__, "out_stream");
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (out_stream == nullptr) return NullArgument(fn, "out_stream");
     *out_stream = nullptr;
-    if (engine == nullptr) return NullArgument(__func__, "engine");
-    if (request == nullptr) return NullArgument(__func__, "request");
+    if (engine == nullptr) return NullArgument(fn, "engine");
+    if (request == nullptr) return NullArgument(fn, "request");
     chunkserve_request_options_t c = DefaultRequestOptions();
-    CHUNKSERVE_RETURN_IF_ERROR(ReadVersioned(__func__, "chunkserve_request_options_t", request,
+    CHUNKSERVE_RETURN_IF_ERROR(ReadVersioned(fn, "chunkserve_request_options_t", request,
                                              chunkserve::capi::kRequestOptionsV1Size, &c));
     cs::sched::RequestOptions ro;
-    CHUNKSERVE_RETURN_IF_ERROR(ToRequestOptions(__func__, c, engine->engine->max_context(), &ro));
+    CHUNKSERVE_RETURN_IF_ERROR(ToRequestOptions(fn, c, engine->engine->max_context(), &ro));
     // Allocated first: once Submit succeeds nothing may fail, or the request would run unowned.
     auto handle = std::make_unique<chunkserve_stream>();
+    handle->owner = engine;
     CHUNKSERVE_ASSIGN_OR_RETURN(handle->stream, engine->engine->Submit(std::move(ro)));
     *out_stream = handle.release();
     return Status::Ok();
@@ -519,8 +590,9 @@ chunkserve_status_t chunkserve_engine_submit(chunkserve_engine_t* engine,
 
 chunkserve_status_t chunkserve_engine_cancel(chunkserve_engine_t* engine, uint64_t request_id,
                                              chunkserve_error_t** out_error) {
-  return Guard(__func__, out_error, [&]() -> Status {
-    if (engine == nullptr) return NullArgument(__func__, "engine");
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (engine == nullptr) return NullArgument(fn, "engine");
     return engine->engine->Cancel(cs::RequestId(request_id));
   });
 }
@@ -528,12 +600,13 @@ chunkserve_status_t chunkserve_engine_cancel(chunkserve_engine_t* engine, uint64
 chunkserve_status_t chunkserve_engine_stats(chunkserve_engine_t* engine,
                                             chunkserve_engine_stats_t* stats,
                                             chunkserve_error_t** out_error) {
-  return Guard(__func__, out_error, [&]() -> Status {
-    if (engine == nullptr) return NullArgument(__func__, "engine");
-    if (stats == nullptr) return NullArgument(__func__, "stats");
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (engine == nullptr) return NullArgument(fn, "engine");
+    if (stats == nullptr) return NullArgument(fn, "stats");
     // Checked before the engine is asked, so a bad size fails without side effects.
     CHUNKSERVE_RETURN_IF_ERROR(
-        CheckStructSize(__func__, "chunkserve_engine_stats_t", stats->struct_size,
+        CheckStructSize(fn, "chunkserve_engine_stats_t", stats->struct_size,
                         chunkserve::capi::kEngineStatsV1Size, sizeof(chunkserve_engine_stats_t)));
     const cs::engine::EngineStats s = engine->engine->Stats();
     chunkserve_engine_stats_t c{};
@@ -561,7 +634,7 @@ chunkserve_status_t chunkserve_engine_stats(chunkserve_engine_t* engine,
     c.reserved0 = 0;
     c.decode_tokens_per_s = s.decode_tokens_per_s;
     c.prefill_tokens_per_s = s.prefill_tokens_per_s;
-    return WriteVersioned(__func__, "chunkserve_engine_stats_t", c,
+    return WriteVersioned(fn, "chunkserve_engine_stats_t", c,
                           chunkserve::capi::kEngineStatsV1Size, stats);
   });
 }
@@ -569,16 +642,17 @@ chunkserve_status_t chunkserve_engine_stats(chunkserve_engine_t* engine,
 chunkserve_status_t chunkserve_engine_info(chunkserve_engine_t* engine,
                                            chunkserve_engine_info_t* info,
                                            chunkserve_error_t** out_error) {
-  return Guard(__func__, out_error, [&]() -> Status {
-    if (engine == nullptr) return NullArgument(__func__, "engine");
-    if (info == nullptr) return NullArgument(__func__, "info");
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (engine == nullptr) return NullArgument(fn, "engine");
+    if (info == nullptr) return NullArgument(fn, "info");
     chunkserve_engine_info_t c{};
     c.struct_size = sizeof(c);
     c.vocab_size = engine->engine->vocab_size();
     c.max_context = engine->engine->max_context();
     c.chunk_size = engine->engine->chunk_size();
     c.model_fingerprint = engine->engine->model_fingerprint();
-    return WriteVersioned(__func__, "chunkserve_engine_info_t", c,
+    return WriteVersioned(fn, "chunkserve_engine_info_t", c,
                           chunkserve::capi::kEngineInfoV1Size, info);
   });
 }
@@ -592,14 +666,15 @@ uint64_t chunkserve_stream_id(const chunkserve_stream_t* stream) {
 chunkserve_status_t chunkserve_stream_next(chunkserve_stream_t* stream, int64_t timeout_ms,
                                            chunkserve_stream_event_t* event,
                                            chunkserve_error_t** out_error) {
-  return Guard(__func__, out_error, [&]() -> Status {
-    if (stream == nullptr) return NullArgument(__func__, "stream");
-    if (event == nullptr) return NullArgument(__func__, "event");
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (stream == nullptr) return NullArgument(fn, "stream");
+    if (event == nullptr) return NullArgument(fn, "event");
     CHUNKSERVE_RETURN_IF_ERROR(
-        CheckStructSize(__func__, "chunkserve_stream_event_t", event->struct_size,
+        CheckStructSize(fn, "chunkserve_stream_event_t", event->struct_size,
                         chunkserve::capi::kStreamEventV1Size, sizeof(chunkserve_stream_event_t)));
     const auto callback_set = [&] {
-      return Status::FailedPrecondition(std::string(__func__) +
+      return Status::FailedPrecondition(std::string(fn) +
                                         ": the stream delivers to a callback");
     };
     // Waited in slices so that a callback set meanwhile (which takes the events without waking
@@ -615,12 +690,12 @@ chunkserve_status_t chunkserve_stream_next(chunkserve_stream_t* stream, int64_t 
       if (r == RequestStream::NextResult::kEvent) break;
       if (r == RequestStream::NextResult::kEnded) {
         if (stream->has_callback.load()) return callback_set();
-        return Status::OutOfRange(std::string(__func__) + ": the stream has ended");
+        return Status::OutOfRange(std::string(fn) + ": the stream has ended");
       }
       if (!forever) {
         remaining -= slice;
         if (remaining.count() <= 0) {
-          return Status::DeadlineExceeded(std::string(__func__) + ": no event within " +
+          return Status::DeadlineExceeded(std::string(fn) + ": no event within " +
                                           std::to_string(timeout_ms) + " ms");
         }
       }
@@ -631,7 +706,7 @@ chunkserve_status_t chunkserve_stream_next(chunkserve_stream_t* stream, int64_t 
       stream->finish_message = std::string(e.finish.error.message());
       message = &stream->finish_message;
     }
-    return WriteVersioned(__func__, "chunkserve_stream_event_t", ToCEvent(e, message),
+    return WriteVersioned(fn, "chunkserve_stream_event_t", ToCEvent(e, message),
                           chunkserve::capi::kStreamEventV1Size, event);
   });
 }
@@ -640,16 +715,18 @@ chunkserve_status_t chunkserve_stream_set_callback(chunkserve_stream_t* stream,
                                                    chunkserve_stream_callback_t callback,
                                                    void* user_data,
                                                    chunkserve_error_t** out_error) {
-  return Guard(__func__, out_error, [&]() -> Status {
-    if (stream == nullptr) return NullArgument(__func__, "stream");
-    if (callback == nullptr) return NullArgument(__func__, "callback");
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (stream == nullptr) return NullArgument(fn, "stream");
+    if (callback == nullptr) return NullArgument(fn, "callback");
     auto slot = std::make_shared<CallbackSlot>();
     slot->fn = callback;
     slot->user_data = user_data;
+    slot->owner = stream->owner;
     {
       std::lock_guard<std::mutex> lock(stream->mu);
       if (stream->callback != nullptr) {
-        return Status::FailedPrecondition(std::string(__func__) + ": callback already set");
+        return Status::FailedPrecondition(std::string(fn) + ": callback already set");
       }
       stream->callback = slot;
     }
@@ -660,6 +737,7 @@ chunkserve_status_t chunkserve_stream_set_callback(chunkserve_stream_t* stream,
         std::string message;
         if (e.kind == StreamEvent::Kind::kFinished) message = e.finish.error.message();
         const chunkserve_stream_event_t c = ToCEvent(e, &message);
+        const InCallbackOf in_callback(slot->owner);
         slot->fn(&c, slot->user_data);
       } catch (...) {
         // The engine's step thread must survive a failing conversion or a throwing callback.
@@ -677,8 +755,9 @@ chunkserve_status_t chunkserve_stream_set_callback(chunkserve_stream_t* stream,
 
 chunkserve_status_t chunkserve_stream_cancel(chunkserve_stream_t* stream,
                                              chunkserve_error_t** out_error) {
-  return Guard(__func__, out_error, [&]() -> Status {
-    if (stream == nullptr) return NullArgument(__func__, "stream");
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (stream == nullptr) return NullArgument(fn, "stream");
     stream->stream->RequestCancel();
     if (auto core = stream->remote.lock())
       cs::capi::CoreCancel(*core, stream->stream->id().value());
@@ -712,8 +791,9 @@ void chunkserve_stream_destroy(chunkserve_stream_t* stream) {
 chunkserve_status_t chunkserve_client_options_init(chunkserve_client_options_t* options,
                                                    uint32_t struct_size,
                                                    chunkserve_error_t** out_error) {
-  return Guard(__func__, out_error, [&] {
-    return InitVersioned(__func__, "chunkserve_client_options_t", DefaultClientOptions(),
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&] {
+    return InitVersioned(fn, "chunkserve_client_options_t", DefaultClientOptions(),
                          struct_size, chunkserve::capi::kClientOptionsV1Size, options);
   });
 }
@@ -721,12 +801,13 @@ chunkserve_status_t chunkserve_client_options_init(chunkserve_client_options_t* 
 chunkserve_status_t chunkserve_client_create(const chunkserve_client_options_t* options,
                                              chunkserve_client_t** out_client,
                                              chunkserve_error_t** out_error) {
-  return Guard(__func__, out_error, [&]() -> Status {
-    if (out_client == nullptr) return NullArgument(__func__, "out_client");
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (out_client == nullptr) return NullArgument(fn, "out_client");
     *out_client = nullptr;
-    if (options == nullptr) return NullArgument(__func__, "options");
+    if (options == nullptr) return NullArgument(fn, "options");
     chunkserve_client_options_t c = DefaultClientOptions();
-    CHUNKSERVE_RETURN_IF_ERROR(ReadVersioned(__func__, "chunkserve_client_options_t", options,
+    CHUNKSERVE_RETURN_IF_ERROR(ReadVersioned(fn, "chunkserve_client_options_t", options,
                                              chunkserve::capi::kClientOptionsV1Size, &c));
     cs::capi::RemoteClientOptions ro;
     CHUNKSERVE_RETURN_IF_ERROR(ToClientOptions(c, &ro));
@@ -745,23 +826,24 @@ chunkserve_status_t chunkserve_client_submit(chunkserve_client_t* client,
                                              const chunkserve_request_options_t* request,
                                              chunkserve_stream_t** out_stream,
                                              chunkserve_error_t** out_error) {
-  return Guard(__func__, out_error, [&]() -> Status {
-    if (out_stream == nullptr) return NullArgument(__func__, "out_stream");
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (out_stream == nullptr) return NullArgument(fn, "out_stream");
     *out_stream = nullptr;
-    if (client == nullptr) return NullArgument(__func__, "client");
-    if (request == nullptr) return NullArgument(__func__, "request");
+    if (client == nullptr) return NullArgument(fn, "client");
+    if (request == nullptr) return NullArgument(fn, "request");
     chunkserve_request_options_t c = DefaultRequestOptions();
-    CHUNKSERVE_RETURN_IF_ERROR(ReadVersioned(__func__, "chunkserve_request_options_t", request,
+    CHUNKSERVE_RETURN_IF_ERROR(ReadVersioned(fn, "chunkserve_request_options_t", request,
                                              chunkserve::capi::kRequestOptionsV1Size, &c));
     cs::capi::RemoteRequest rr;
-    CHUNKSERVE_RETURN_IF_ERROR(ToRequestOptions(__func__, c, 0, &rr.options));
+    CHUNKSERVE_RETURN_IF_ERROR(ToRequestOptions(fn, c, 0, &rr.options));
     // What the server would reject anyway is rejected here, synchronously, as the engine does;
     // the vocabulary and the context are checked by the server.
     // Negative ids first: the wire carries unsigned ids.
     for (const std::vector<cs::TokenId>* ids : {&rr.options.prompt, &rr.options.stop_tokens}) {
       for (size_t i = 0; i < ids->size(); ++i) {
         if ((*ids)[i] < 0) {
-          return Status::InvalidArgument(std::string(__func__) + ": " +
+          return Status::InvalidArgument(std::string(fn) + ": " +
                                          (ids == &rr.options.prompt ? "prompt" : "stop") +
                                          " token " + std::to_string(i) + " has id " +
                                          std::to_string((*ids)[i]) + "; token ids are >= 0");
@@ -770,13 +852,14 @@ chunkserve_status_t chunkserve_client_submit(chunkserve_client_t* client,
     }
     Status valid = cs::sched::ValidateRequest(rr.options, INT32_MAX, 0);
     if (!valid.ok()) {
-      return Status::InvalidArgument(std::string(__func__) + ": " + std::string(valid.message()));
+      return Status::InvalidArgument(std::string(fn) + ": " + std::string(valid.message()));
     }
     rr.options.deadline.reset();
     if (c.deadline_ms != 0) {
       rr.deadline_ms = static_cast<uint32_t>(std::min<uint64_t>(c.deadline_ms, UINT32_MAX));
     }
     auto handle = std::make_unique<chunkserve_stream>();
+    handle->owner = client;
     CHUNKSERVE_ASSIGN_OR_RETURN(handle->stream, client->client->Submit(rr));
     handle->remote = client->client->core();
     *out_stream = handle.release();
@@ -786,8 +869,9 @@ chunkserve_status_t chunkserve_client_submit(chunkserve_client_t* client,
 
 chunkserve_status_t chunkserve_client_cancel(chunkserve_client_t* client, uint64_t request_id,
                                              chunkserve_error_t** out_error) {
-  return Guard(__func__, out_error, [&]() -> Status {
-    if (client == nullptr) return NullArgument(__func__, "client");
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (client == nullptr) return NullArgument(fn, "client");
     return client->client->Cancel(request_id);
   });
 }

@@ -11,12 +11,14 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <ostream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/capi/capi_testing.h"
@@ -141,8 +143,7 @@ TEST(CapiOptionsTest, InitRejectsNull) {
 
 TEST(CapiOptionsTest, InitRejectsStructSizeOutsideKnownVersions) {
   chunkserve_engine_options_t o;
-  for (uint32_t size :
-       {0u, 4u, static_cast<uint32_t>(sizeof(o) - 1), static_cast<uint32_t>(sizeof(o) + 8)}) {
+  for (uint32_t size : {0u, 4u, static_cast<uint32_t>(sizeof(o) - 1), 4097u}) {
     ErrorPtr error;
     EXPECT_EQ(chunkserve_engine_options_init(&o, size, Out(error)),
               CHUNKSERVE_STATUS_INVALID_ARGUMENT)
@@ -162,6 +163,135 @@ TEST(CapiOptionsTest, InitWritesOnlyStructSizeBytes) {
   ASSERT_EQ(chunkserve_request_options_init(&p.options, sizeof(p.options), nullptr),
             CHUNKSERVE_STATUS_OK);
   for (unsigned char c : p.guard) ASSERT_EQ(c, 0x5A);
+}
+
+// Every error names the C function it comes from (not a lambda's "operator()").
+TEST(CapiErrorTest, MessagesNameTheirCFunction) {
+  EnginePtr engine = CreateEngineOrDie(SmallEngineOptions());
+  const auto message_of = [](auto call) {
+    ErrorPtr error;
+    call(Out(error));
+    return std::string(error ? chunkserve_error_message(error.get()) : "(no error)");
+  };
+  chunkserve_engine_options_t eo;
+  chunkserve_request_options_t ro;
+  chunkserve_client_options_t co;
+  chunkserve_engine_stats_t stats{};
+  chunkserve_engine_info_t info{};
+  chunkserve_stream_event_t ev{};
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"chunkserve_engine_options_init",
+       message_of([&](chunkserve_error_t** e) { chunkserve_engine_options_init(&eo, 1, e); })},
+      {"chunkserve_engine_create", message_of([&](chunkserve_error_t** e) {
+         chunkserve_engine_create(nullptr, nullptr, e);
+       })},
+      {"chunkserve_engine_shutdown", message_of([&](chunkserve_error_t** e) {
+         chunkserve_engine_shutdown(nullptr, CHUNKSERVE_SHUTDOWN_ABORT, e);
+       })},
+      {"chunkserve_request_options_init",
+       message_of([&](chunkserve_error_t** e) { chunkserve_request_options_init(&ro, 1, e); })},
+      {"chunkserve_engine_submit", message_of([&](chunkserve_error_t** e) {
+         chunkserve_engine_submit(engine.get(), nullptr, nullptr, e);
+       })},
+      {"chunkserve_engine_cancel",
+       message_of([&](chunkserve_error_t** e) { chunkserve_engine_cancel(nullptr, 1, e); })},
+      {"chunkserve_engine_stats",
+       message_of([&](chunkserve_error_t** e) { chunkserve_engine_stats(nullptr, &stats, e); })},
+      {"chunkserve_engine_info",
+       message_of([&](chunkserve_error_t** e) { chunkserve_engine_info(nullptr, &info, e); })},
+      {"chunkserve_stream_next",
+       message_of([&](chunkserve_error_t** e) { chunkserve_stream_next(nullptr, 0, &ev, e); })},
+      {"chunkserve_stream_set_callback", message_of([&](chunkserve_error_t** e) {
+         chunkserve_stream_set_callback(nullptr, nullptr, nullptr, e);
+       })},
+      {"chunkserve_stream_cancel",
+       message_of([&](chunkserve_error_t** e) { chunkserve_stream_cancel(nullptr, e); })},
+      {"chunkserve_client_options_init",
+       message_of([&](chunkserve_error_t** e) { chunkserve_client_options_init(&co, 1, e); })},
+      {"chunkserve_client_create",
+       message_of([&](chunkserve_error_t** e) { chunkserve_client_create(nullptr, nullptr, e); })},
+      {"chunkserve_client_submit", message_of([&](chunkserve_error_t** e) {
+         chunkserve_client_submit(nullptr, nullptr, nullptr, e);
+       })},
+      {"chunkserve_client_cancel",
+       message_of([&](chunkserve_error_t** e) { chunkserve_client_cancel(nullptr, 1, e); })},
+  };
+  for (const auto& [function, message] : cases) {
+    EXPECT_THAT(message, ::testing::StartsWith(function + ": ")) << function;
+  }
+}
+
+// num_threads above the CPUs this process may use is refused at once (it used to be accepted:
+// 256 threads on 2 CPUs made a 40-token request take 11 s).
+TEST(CapiEngineCreateTest, RejectsMoreThreadsThanCpus) {
+  chunkserve_engine_options_t o = SmallEngineOptions();
+  for (int32_t threads : {-1, 100000, 4096}) {
+    o.num_threads = threads;
+    chunkserve_engine_t* raw = nullptr;
+    ErrorPtr error;
+    EXPECT_EQ(chunkserve_engine_create(&o, &raw, Out(error)), CHUNKSERVE_STATUS_INVALID_ARGUMENT)
+        << threads;
+    EXPECT_THAT(chunkserve_error_message(error.get()), HasSubstr("num_threads")) << threads;
+    EXPECT_EQ(raw, nullptr);
+  }
+}
+
+// A program built against a newer header passes bigger structs: their extra (newer) fields are
+// zero unless it uses them. This library serves it, zeroes what it writes past its own struct,
+// and refuses a newer field that is set rather than ignoring it.
+template <typename T>
+struct Newer {
+  T known;
+  unsigned char extra[24];
+};
+
+TEST(CapiOptionsTest, ANewerCallersBiggerStructsWorkWhileTheirNewFieldsAreZero) {
+  constexpr uint32_t kNewerEngineOptions = sizeof(Newer<chunkserve_engine_options_t>);
+  Newer<chunkserve_engine_options_t> o;
+  std::memset(&o, 0x5A, sizeof(o));
+  ASSERT_EQ(chunkserve_engine_options_init(&o.known, kNewerEngineOptions, nullptr),
+            CHUNKSERVE_STATUS_OK);
+  EXPECT_EQ(o.known.struct_size, kNewerEngineOptions);
+  for (unsigned char c : o.extra) ASSERT_EQ(c, 0);  // the newer fields get their zero defaults
+  const chunkserve_engine_options_t small = SmallEngineOptions();
+  std::memcpy(&o.known.backend, &small.backend,
+              sizeof(small) - offsetof(chunkserve_engine_options_t, backend));
+  chunkserve_engine_t* raw = nullptr;
+  ErrorPtr error;
+  ASSERT_EQ(chunkserve_engine_create(&o.known, &raw, Out(error)), CHUNKSERVE_STATUS_OK)
+      << chunkserve_error_message(error.get());
+  EnginePtr engine(raw);
+
+  Newer<chunkserve_request_options_t> r{};
+  ASSERT_EQ(chunkserve_request_options_init(&r.known, sizeof(r), nullptr), CHUNKSERVE_STATUS_OK);
+  const std::vector<int32_t> prompt = Prompt(4, 0);
+  r.known.prompt_tokens = prompt.data();
+  r.known.num_prompt_tokens = static_cast<int32_t>(prompt.size());
+  r.known.max_new_tokens = 2;
+  chunkserve_stream_t* stream = nullptr;
+  ASSERT_EQ(chunkserve_engine_submit(engine.get(), &r.known, &stream, Out(error)),
+            CHUNKSERVE_STATUS_OK)
+      << chunkserve_error_message(error.get());
+  StreamPtr s(stream);
+  Newer<chunkserve_stream_event_t> e;
+  std::memset(&e, 0x5A, sizeof(e));
+  e.known.struct_size = sizeof(e);
+  ASSERT_EQ(chunkserve_stream_next(s.get(), 60000, &e.known, nullptr), CHUNKSERVE_STATUS_OK);
+  EXPECT_EQ(e.known.struct_size, sizeof(e));
+  for (unsigned char c : e.extra) ASSERT_EQ(c, 0);
+  Newer<chunkserve_engine_stats_t> stats;
+  std::memset(&stats, 0x5A, sizeof(stats));
+  stats.known.struct_size = sizeof(stats);
+  ASSERT_EQ(chunkserve_engine_stats(engine.get(), &stats.known, nullptr), CHUNKSERVE_STATUS_OK);
+  for (unsigned char c : stats.extra) ASSERT_EQ(c, 0);
+
+  // A newer field that is set: refused, saying why.
+  r.extra[3] = 1;
+  stream = nullptr;
+  EXPECT_EQ(chunkserve_engine_submit(engine.get(), &r.known, &stream, Out(error)),
+            CHUNKSERVE_STATUS_INVALID_ARGUMENT);
+  EXPECT_THAT(chunkserve_error_message(error.get()), HasSubstr("does not know"));
+  EXPECT_EQ(stream, nullptr);
 }
 
 // ---- Engine creation
@@ -186,7 +316,7 @@ TEST(CapiEngineCreateTest, RejectsNullOutEngine) {
 }
 
 TEST(CapiEngineCreateTest, RejectsWrongStructSizeAndClearsOutEngine) {
-  for (uint32_t size : {0u, 8u, static_cast<uint32_t>(sizeof(chunkserve_engine_options_t) + 4)}) {
+  for (uint32_t size : {0u, 8u, 4097u}) {
     chunkserve_engine_options_t o = SmallEngineOptions();
     o.struct_size = size;
     chunkserve_engine_t* engine = reinterpret_cast<chunkserve_engine_t*>(0x1);
@@ -303,7 +433,7 @@ TEST(CapiEngineTest, InfoAndStatsRejectNullAndBadStructSize) {
   stats.struct_size = 0;
   EXPECT_EQ(chunkserve_engine_stats(engine.get(), &stats, nullptr),
             CHUNKSERVE_STATUS_INVALID_ARGUMENT);
-  stats.struct_size = sizeof(stats) + 8;
+  stats.struct_size = 4097;
   EXPECT_EQ(chunkserve_engine_stats(engine.get(), &stats, nullptr),
             CHUNKSERVE_STATUS_INVALID_ARGUMENT);
 }
@@ -439,7 +569,7 @@ TEST(CapiSubmitTest, RejectsNullArguments) {
 TEST(CapiSubmitTest, RejectsWrongStructSize) {
   EnginePtr engine = CreateEngineOrDie(SmallEngineOptions());
   const std::vector<int32_t> prompt = Prompt(4, 0);
-  for (uint32_t size : {0u, 16u, static_cast<uint32_t>(sizeof(chunkserve_request_options_t) + 1)}) {
+  for (uint32_t size : {0u, 16u, 4097u}) {
     chunkserve_request_options_t r = RequestFor(prompt, 2);
     r.struct_size = size;
     chunkserve_stream_t* stream = nullptr;
@@ -551,7 +681,7 @@ TEST(CapiStreamTest, NextRejectsNullAndBadStructSize) {
             CHUNKSERVE_STATUS_INVALID_ARGUMENT);
   e.struct_size = 0;
   EXPECT_EQ(chunkserve_stream_next(s.get(), 0, &e, nullptr), CHUNKSERVE_STATUS_INVALID_ARGUMENT);
-  e.struct_size = sizeof(e) + 4;
+  e.struct_size = 4097;
   EXPECT_EQ(chunkserve_stream_next(s.get(), 0, &e, nullptr), CHUNKSERVE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(Drain(s.get()).tokens.size(), 2u);  // nothing was consumed by the failed calls
 }
@@ -687,6 +817,53 @@ TEST(CapiShutdownTest, RejectsNullEngineAndUnknownMode) {
   EXPECT_EQ(chunkserve_engine_shutdown(engine.get(), 2, Out(error)),
             CHUNKSERVE_STATUS_INVALID_ARGUMENT);
   EXPECT_THAT(chunkserve_error_message(error.get()), HasSubstr("mode"));
+}
+
+// A callback of an engine's stream runs on its step thread: shutting that engine down from
+// there is refused (it would wait for itself), and destroying it is completed by another thread
+// after the callback returns. Neither aborts the process.
+struct SelfStopper {
+  chunkserve_engine_t* engine = nullptr;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  chunkserve_status_t shutdown_status = CHUNKSERVE_STATUS_OK;
+  std::string shutdown_message;
+
+  static void OnEvent(const chunkserve_stream_event_t* e, void* user) {
+    auto* self = static_cast<SelfStopper*>(user);
+    if (e->kind != CHUNKSERVE_EVENT_TOKEN || self->engine == nullptr) return;
+    chunkserve_engine_t* engine = std::exchange(self->engine, nullptr);
+    ErrorPtr error;
+    const chunkserve_status_t st =
+        chunkserve_engine_shutdown(engine, CHUNKSERVE_SHUTDOWN_ABORT, Out(error));
+    chunkserve_engine_destroy(engine);
+    std::lock_guard<std::mutex> lock(self->mu);
+    self->shutdown_status = st;
+    self->shutdown_message = error ? chunkserve_error_message(error.get()) : "";
+    self->done = true;
+    self->cv.notify_all();
+  }
+};
+
+TEST(CapiShutdownTest, ACallbackMayDestroyItsEngineButNotShutItDown) {
+  chunkserve_engine_t* engine = CreateEngineOrDie(SmallEngineOptions()).release();
+  ASSERT_NE(engine, nullptr);
+  StreamPtr other = SubmitOrDie(engine, Prompt(30, 1), 500);
+  StreamPtr s = SubmitOrDie(engine, Prompt(30, 2), 500);
+  SelfStopper stopper;
+  stopper.engine = engine;
+  ASSERT_EQ(chunkserve_stream_set_callback(s.get(), &SelfStopper::OnEvent, &stopper, nullptr),
+            CHUNKSERVE_STATUS_OK);
+  {
+    std::unique_lock<std::mutex> lock(stopper.mu);
+    ASSERT_TRUE(stopper.cv.wait_for(lock, std::chrono::seconds(60), [&] { return stopper.done; }));
+  }
+  EXPECT_EQ(stopper.shutdown_status, CHUNKSERVE_STATUS_FAILED_PRECONDITION);
+  EXPECT_THAT(stopper.shutdown_message, ::testing::StartsWith("chunkserve_engine_shutdown: "));
+  // The deferred destroy ends the other request like any destroy, in bounded time.
+  const Outcome out = Drain(other.get());
+  EXPECT_EQ(out.finish.finish_reason, CHUNKSERVE_FINISH_UNAVAILABLE) << out.message;
 }
 
 TEST(CapiShutdownTest, EngineDestroyEndsLiveStreamsWithUnavailable) {

@@ -32,9 +32,11 @@
  *  - Handles are opaque. Structs never change layout: fields are only appended, and every struct
  *    starts with `uint32_t struct_size` that the caller sets (the *_options_init functions do it
  *    for options). The library reads or writes only the bytes struct_size covers, so a program
- *    built against an older header keeps working with a newer library. struct_size smaller than
- *    the first published version of the struct, or larger than this library's, is rejected with
- *    CHUNKSERVE_STATUS_INVALID_ARGUMENT.
+ *    built against an older header keeps working with a newer library. A program built against a
+ *    newer header may pass a larger struct_size (up to 4096): the library reads the fields it
+ *    knows and requires the newer ones to be zero (their defaults; INVALID_ARGUMENT otherwise),
+ *    and zeroes the newer fields of what it writes. struct_size smaller than the first published
+ *    version of the struct, or above 4096, is rejected with CHUNKSERVE_STATUS_INVALID_ARGUMENT.
  *  - Fields are fixed-width integers, float/double and pointers; "enums" are int32_t fields with
  *    #defined values. Values are only added, never renumbered.
  *
@@ -191,7 +193,8 @@ typedef struct chunkserve_engine_options {
   int32_t chunk_size;            /* tokens per KV chunk, 16..256. 0: default 64 */
   int32_t kv_dtype;              /* CHUNKSERVE_DTYPE_*; default F32 */
   int32_t enable_prefix_sharing; /* 1 (default): requests share cached prompt prefixes; 0: off */
-  int32_t num_threads;           /* CPU backend threads; 0 (default): hardware concurrency */
+  int32_t num_threads;           /* CPU backend threads, 0..CPUs this process may use (more is
+                                    INVALID_ARGUMENT); 0 (default): all of them */
   int32_t max_batch_size;        /* sequences per step, >= 1. 0: default 64 */
   int32_t prefill_token_budget;  /* tokens per step (decode + prefill); 0: unlimited; default 512 */
   int32_t max_queued_requests;   /* submit fails with RESOURCE_EXHAUSTED beyond it. 0: default
@@ -219,13 +222,16 @@ CHUNKSERVE_API chunkserve_status_t chunkserve_engine_create(
 /* Stops the engine (if not already stopped) with CHUNKSERVE_SHUTDOWN_ABORT semantics, joins its
  * step thread and frees it. Every request still running ends with CHUNKSERVE_FINISH_UNAVAILABLE
  * (status UNAVAILABLE); streams stay valid and must still be destroyed by the caller. Blocks until
- * the step thread has stopped, so it must not be called from a stream callback. NULL: no-op. */
+ * the step thread has stopped; called from a callback of this engine's streams (which runs on
+ * that thread) it returns at once and another thread completes the destruction after the
+ * callback returns. NULL: no-op. */
 CHUNKSERVE_API void chunkserve_engine_destroy(chunkserve_engine_t* engine);
 
 /* Stops the engine; idempotent. CHUNKSERVE_SHUTDOWN_DRAIN blocks until every submitted request
  * has finished; CHUNKSERVE_SHUTDOWN_ABORT ends them with FINISH_UNAVAILABLE. Afterwards submit
- * fails with UNAVAILABLE while stats and cancel keep working. Must not be called from a stream
- * callback. Errors: INVALID_ARGUMENT (NULL engine, unknown mode). */
+ * fails with UNAVAILABLE while stats and cancel keep working. Errors: INVALID_ARGUMENT (NULL
+ * engine, unknown mode), FAILED_PRECONDITION (called from a callback of this engine's streams:
+ * it would wait for the thread running it). */
 CHUNKSERVE_API chunkserve_status_t chunkserve_engine_shutdown(chunkserve_engine_t* engine,
                                                               int32_t mode,
                                                               chunkserve_error_t** out_error);
@@ -373,10 +379,11 @@ typedef void (*chunkserve_stream_callback_t)(const chunkserve_stream_event_t* ev
 /* Delivers every event of the stream to callback(event, user_data) instead of chunkserve_stream_
  * next, in order, starting with the events already queued (those are delivered on the calling
  * thread before this returns). Later events are delivered on the engine's step thread: the
- * callback must return quickly, must not block, and must not call chunkserve_stream_destroy on
- * this stream nor chunkserve_engine_shutdown / chunkserve_engine_destroy (they would wait for
- * the step thread, which is running the callback). It may call chunkserve_engine_submit and
- * chunkserve_engine_cancel. Callback invocations for one stream never overlap. After
+ * callback must return quickly and must not block. It may call chunkserve_engine_submit,
+ * chunkserve_engine_cancel and chunkserve_stream_destroy of other streams; chunkserve_engine_
+ * shutdown of its engine fails with FAILED_PRECONDITION, and chunkserve_engine_destroy of its
+ * engine is completed by another thread once the callback returns (both would otherwise wait
+ * for the step thread, which is running the callback). Callback invocations for one stream never overlap. After
  * chunkserve_stream_destroy returns, the callback is never invoked again (destroy waits for a
  * running invocation), so user_data may then be freed. Set at most once.
  * Errors: INVALID_ARGUMENT (NULL stream or callback), FAILED_PRECONDITION (already set). */
