@@ -8,7 +8,12 @@
 //	if err != nil { ... }
 //	defer stream.Close()
 //	for tok := range stream.Tokens() { ... }
-//	finish, err := stream.Finish()
+//	finish, err := stream.Finish() // or stream.Err(): nil, ctx.Err(), or an *Error
+//
+// Streams receive their events through the library's stream callback into Go memory, so a
+// goroutine waiting for tokens is parked by the Go scheduler and holds no OS thread, however many
+// streams wait. NewEngineContext and DialContext take a context that bounds creating the engine
+// or connecting.
 //
 // An empty EngineOptions.ModelPath serves the built-in tiny random-weight model (vocab 1024).
 //
@@ -32,8 +37,10 @@ package chunkserve
 import "C"
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Version returns the library's release ("MAJOR.MINOR.PATCH").
@@ -137,4 +144,84 @@ func fromC(status C.chunkserve_status_t, cerr *C.chunkserve_error_t) error {
 		msg = C.GoString(C.chunkserve_error_message(cerr))
 	}
 	return &Error{Code: Code(status), Message: msg}
+}
+
+// ctxError is the error of a constructor that ctx ended: it wraps ctxErr (context.Canceled or
+// context.DeadlineExceeded, for errors.Is) and names the operation and, when the library failed
+// too, its error.
+func ctxError(op string, ctxErr, cause error) error {
+	if cause != nil {
+		return fmt.Errorf("chunkserve: %s: %w (%v)", op, ctxErr, cause)
+	}
+	return fmt.Errorf("chunkserve: %s: %w", op, ctxErr)
+}
+
+// ctxDoneErr is ctx.Err(), or context.DeadlineExceeded once ctx's deadline has passed even if
+// its timer has not fired yet.
+func ctxDoneErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if deadline, ok := ctx.Deadline(); ok && !time.Now().Before(deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// testHooks lets tests observe createWithContext; read once per call by the calling goroutine
+// (so tests set it before the call, from the test goroutine). created runs after a successful
+// create, before the result is handed over; abandoned runs after an object created for a caller
+// that had already returned was destroyed.
+var testHooks struct{ created, abandoned func() }
+
+// created is createWithContext's result.
+type created[T any] struct {
+	v   T
+	err error
+}
+
+// createWithContext runs create (a blocking C constructor that cannot be interrupted) and returns
+// its result, unless ctx is done first: then it returns ctxError(op, ctx.Err()) at once, and the
+// object, if create still succeeds, is passed to destroy in the background, so it never leaks.
+// With a ctx that can never be done, create runs on the calling goroutine.
+func createWithContext[T any](ctx context.Context, op string, create func() (T, error),
+	destroy func(T)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, ctxError(op, err, nil)
+	}
+	if ctx.Done() == nil {
+		return create()
+	}
+	hooks := testHooks
+	results := make(chan created[T]) // unbuffered: a send succeeds only while the caller waits
+	abandon := make(chan struct{})
+	go func() {
+		v, err := create()
+		if err == nil && hooks.created != nil {
+			hooks.created()
+		}
+		select {
+		case results <- created[T]{v, err}:
+		case <-abandon:
+			if err == nil {
+				destroy(v)
+			}
+			if hooks.abandoned != nil {
+				hooks.abandoned()
+			}
+		}
+	}()
+	select {
+	case r := <-results:
+		if r.err != nil {
+			if err := ctxDoneErr(ctx); err != nil { // the library gave up because ctx did
+				return zero, ctxError(op, err, r.err)
+			}
+		}
+		return r.v, r.err
+	case <-ctx.Done():
+		close(abandon)
+		return zero, ctxError(op, ctx.Err(), nil)
+	}
 }

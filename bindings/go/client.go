@@ -43,11 +43,26 @@ type Client struct {
 	ptr *C.chunkserve_client_t
 }
 
-// Dial connects to address ("host:port"; the host may be a name or an IPv4/IPv6 address).
-// Errors: ErrInvalidArgument for a malformed address or options (or TLS files that cannot be
-// used), ErrUnavailable when the host does not resolve, refuses the connection or does not answer
-// within ConnectTimeout, Unauthenticated when the TLS handshake fails.
+// Dial connects to address ("host:port"; the host may be a name or an IPv4/IPv6 address):
+// DialContext with context.Background().
 func Dial(address string, opts ClientOptions) (*Client, error) {
+	return DialContext(context.Background(), address, opts)
+}
+
+// DialContext connects to address ("host:port"; the host may be a name or an IPv4/IPv6 address)
+// within opts.ConnectTimeout and ctx. A deadline on ctx that is sooner than the connect timeout
+// shortens it. Connecting blocks inside the library and cannot be interrupted there, so when ctx
+// is done first DialContext returns at once with an error wrapping ctx.Err()
+// (errors.Is(err, context.Canceled) or context.DeadlineExceeded), and a connection that still
+// completes afterwards is closed in the background: the client never leaks. A ctx that is already
+// done returns that error without connecting.
+// Other errors: ErrInvalidArgument for a malformed address or options (or TLS files that cannot
+// be used), ErrUnavailable when the host does not resolve, refuses the connection or does not
+// answer within ConnectTimeout, Unauthenticated when the TLS handshake fails.
+func DialContext(ctx context.Context, address string, opts ClientOptions) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, ctxError("Dial "+address, err, nil)
+	}
 	host, portText, err := net.SplitHostPort(address)
 	if err != nil {
 		return nil, &Error{Code: InvalidArgument, Message: "Dial: " + err.Error()}
@@ -65,8 +80,20 @@ func Dial(address string, opts ClientOptions) (*Client, error) {
 		port = -1 // rejected by the library with its message
 	}
 	o.port = C.int32_t(port)
-	if opts.ConnectTimeout > 0 {
-		ms := (opts.ConnectTimeout + time.Millisecond - 1) / time.Millisecond
+	connectTimeout := opts.ConnectTimeout
+	if deadline, ok := ctx.Deadline(); ok {
+		if connectTimeout <= 0 {
+			connectTimeout = 5 * time.Second // the library's default
+		}
+		if left := time.Until(deadline); left < connectTimeout {
+			connectTimeout = left
+		}
+		if connectTimeout <= 0 {
+			return nil, ctxError("Dial "+address, context.DeadlineExceeded, nil)
+		}
+	}
+	if connectTimeout > 0 {
+		ms := (connectTimeout + time.Millisecond - 1) / time.Millisecond
 		if ms > 1<<31-1 {
 			ms = 1<<31 - 1
 		}
@@ -82,23 +109,31 @@ func Dial(address string, opts ClientOptions) (*Client, error) {
 		}
 		o.keepalive_interval_ms = C.int32_t(ms)
 	}
-	chost := C.CString(host)
-	defer C.free(unsafe.Pointer(chost))
-	o.host = chost
-	for _, f := range []struct {
-		path string
-		dst  **C.char
-	}{{opts.TLSCAFile, &o.tls_ca_file}, {opts.TLSCertFile, &o.tls_cert_file},
-		{opts.TLSKeyFile, &o.tls_key_file}} {
-		if f.path != "" {
-			cpath := C.CString(f.path)
-			defer C.free(unsafe.Pointer(cpath))
-			*f.dst = cpath
+	ptr, err := createWithContext(ctx, "Dial "+address, func() (*C.chunkserve_client_t, error) {
+		// Runs to completion even when ctx is done meanwhile, so it owns the C strings.
+		chost := C.CString(host)
+		defer C.free(unsafe.Pointer(chost))
+		o.host = chost
+		for _, f := range []struct {
+			path string
+			dst  **C.char
+		}{{opts.TLSCAFile, &o.tls_ca_file}, {opts.TLSCertFile, &o.tls_cert_file},
+			{opts.TLSKeyFile, &o.tls_key_file}} {
+			if f.path != "" {
+				cpath := C.CString(f.path)
+				defer C.free(unsafe.Pointer(cpath))
+				*f.dst = cpath
+			}
 		}
-	}
-	var ptr *C.chunkserve_client_t
-	if st := C.chunkserve_client_create(&o, &ptr, &cerr); st != 0 {
-		return nil, fromC(st, cerr)
+		var ptr *C.chunkserve_client_t
+		var cerr *C.chunkserve_error_t
+		if st := C.chunkserve_client_create(&o, &ptr, &cerr); st != 0 {
+			return nil, fromC(st, cerr)
+		}
+		return ptr, nil
+	}, func(ptr *C.chunkserve_client_t) { C.chunkserve_client_destroy(ptr) })
+	if err != nil {
+		return nil, err
 	}
 	c := &Client{ptr: ptr}
 	// A safety net only: an unreachable client is destroyed, but Close should be called.
@@ -146,7 +181,7 @@ func (c *Client) Generate(ctx context.Context, req Request) (*Stream, error) {
 	if st := C.chunkserve_client_submit(c.ptr, &r, &sptr, &cerr); st != 0 {
 		return nil, fromC(st, cerr)
 	}
-	return newStream(ctx, sptr), nil
+	return newStream(ctx, sptr)
 }
 
 // Cancel cancels this client's live request with that id (Stream.ID); ErrNotFound when none is

@@ -199,3 +199,81 @@ func equalTokens(a, b []int32) bool {
 	}
 	return true
 }
+
+func TestDialContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if c, err := DialContext(ctx, "127.0.0.1:1", ClientOptions{}); !errors.Is(err, context.Canceled) || c != nil {
+		t.Fatalf("done context: %v, %v", c, err)
+	}
+
+	// A server that accepts TCP connections and never answers the TLS handshake: connecting
+	// blocks in the library until the connect timeout, and DialContext returns with the context.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	conns := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				close(conns)
+				return
+			}
+			conns <- c
+		}
+	}()
+	defer func() {
+		l.Close()
+		for c := range conns {
+			c.Close()
+		}
+	}()
+	stalled := ClientOptions{ConnectTimeout: 3 * time.Second, TLSCAFile: tlsFixtures + "ca.pem"}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	c, err := DialContext(ctx, l.Addr().String(), stalled)
+	if !errors.Is(err, context.Canceled) || c != nil || !strings.Contains(err.Error(), l.Addr().String()) {
+		t.Fatalf("cancelled during the handshake: %v, %v", c, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("DialContext returned %v after the cancellation, not at once", d)
+	}
+
+	// A context deadline shorter than the connect timeout: context.DeadlineExceeded, promptly.
+	ctx, cancel = context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	slow := stalled
+	slow.ConnectTimeout = time.Minute
+	c, err = DialContext(ctx, l.Addr().String(), slow)
+	if !errors.Is(err, context.DeadlineExceeded) || c != nil {
+		t.Fatalf("context deadline: %v, %v", c, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("DialContext with a 150 ms deadline took %v", d)
+	}
+
+	// Cancelled after the library connected but before DialContext returned: the client is closed
+	// (the server sees its connection end), not leaked.
+	ctx, cancel = context.WithCancel(context.Background())
+	returned := make(chan struct{})
+	abandoned := make(chan struct{})
+	testHooks.created = func() { cancel(); <-returned }
+	testHooks.abandoned = func() { close(abandoned) }
+	c, err = DialContext(ctx, l.Addr().String(), ClientOptions{KeepaliveInterval: -1})
+	testHooks.created, testHooks.abandoned = nil, nil
+	close(returned)
+	if !errors.Is(err, context.Canceled) || c != nil {
+		t.Fatalf("cancelled after connecting: %v, %v", c, err)
+	}
+	select {
+	case <-abandoned:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the client connected for a cancelled DialContext was not destroyed")
+	}
+}

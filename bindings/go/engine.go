@@ -73,8 +73,25 @@ type Engine struct {
 	ptr *C.chunkserve_engine_t
 }
 
-// NewEngine creates an engine and starts its step thread.
+// NewEngine creates an engine and starts its step thread: NewEngineContext with
+// context.Background().
 func NewEngine(opts EngineOptions) (*Engine, error) {
+	return NewEngineContext(context.Background(), opts)
+}
+
+// NewEngineContext creates an engine and starts its step thread. Creating blocks while the model
+// loads (milliseconds for the built-in tiny model, longer for a large model directory) and cannot
+// be interrupted inside the library, so when ctx is done first NewEngineContext returns at once
+// with an error wrapping ctx.Err() (errors.Is(err, context.Canceled) or
+// context.DeadlineExceeded), and the engine, should the load still succeed, is destroyed in the
+// background: it never leaks. A ctx that is already done returns that error without loading
+// anything. Other errors are *Error values: ErrInvalidArgument (bad options), ErrNotFound or
+// ErrDataLoss (model files), ErrUnimplemented (backend), ErrUnavailable (I/O),
+// ErrResourceExhausted.
+func NewEngineContext(ctx context.Context, opts EngineOptions) (*Engine, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, ctxError("NewEngine", err, nil)
+	}
 	var o C.chunkserve_engine_options_t
 	var cerr *C.chunkserve_error_t
 	if st := C.chunkserve_engine_options_init(&o, C.uint32_t(unsafe.Sizeof(o)), &cerr); st != 0 {
@@ -96,14 +113,22 @@ func NewEngine(opts EngineOptions) (*Engine, error) {
 		o.prefill_token_budget = C.int32_t(opts.PrefillTokenBudget)
 	}
 	o.max_queued_requests = C.int32_t(opts.MaxQueuedRequests)
-	if opts.ModelPath != "" {
-		path := C.CString(opts.ModelPath)
-		defer C.free(unsafe.Pointer(path))
-		o.model_path = path
-	}
-	var ptr *C.chunkserve_engine_t
-	if st := C.chunkserve_engine_create(&o, &ptr, &cerr); st != 0 {
-		return nil, fromC(st, cerr)
+	ptr, err := createWithContext(ctx, "NewEngine", func() (*C.chunkserve_engine_t, error) {
+		// Runs to completion even when ctx is done meanwhile, so it owns the C string.
+		if opts.ModelPath != "" {
+			path := C.CString(opts.ModelPath)
+			defer C.free(unsafe.Pointer(path))
+			o.model_path = path
+		}
+		var ptr *C.chunkserve_engine_t
+		var cerr *C.chunkserve_error_t
+		if st := C.chunkserve_engine_create(&o, &ptr, &cerr); st != 0 {
+			return nil, fromC(st, cerr)
+		}
+		return ptr, nil
+	}, func(ptr *C.chunkserve_engine_t) { C.chunkserve_engine_destroy(ptr) })
+	if err != nil {
+		return nil, err
 	}
 	e := &Engine{ptr: ptr}
 	// A safety net only: an unreachable engine is destroyed, but Close should be called.
@@ -175,7 +200,7 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 	if st := C.chunkserve_engine_submit(e.ptr, &r, &sptr, &cerr); st != 0 {
 		return nil, fromC(st, cerr)
 	}
-	return newStream(ctx, sptr), nil
+	return newStream(ctx, sptr)
 }
 
 // cRequest builds the C request options for req. The token arrays go to C memory (cgo forbids

@@ -1,7 +1,25 @@
 package chunkserve
 
 /*
+#include <stdint.h>
 #include <chunkserve/chunkserve.h>
+
+// Defined in callback.go (//export).
+extern void chunkserveGoStreamEvent(uintptr_t handle, chunkserve_stream_event_t* event);
+
+// The C callback registered on every stream: user_data carries the cgo.Handle of the stream's
+// event queue as an integer (never a Go pointer, which C may not keep).
+static void chunkserve_go_stream_trampoline(const chunkserve_stream_event_t* event,
+                                            void* user_data) {
+  chunkserveGoStreamEvent((uintptr_t)user_data, (chunkserve_stream_event_t*)event);
+}
+
+static chunkserve_status_t chunkserve_go_set_callback(chunkserve_stream_t* stream,
+                                                      uintptr_t handle,
+                                                      chunkserve_error_t** out_error) {
+  return chunkserve_stream_set_callback(stream, chunkserve_go_stream_trampoline,
+                                        (void*)handle, out_error);
+}
 */
 import "C"
 
@@ -9,9 +27,9 @@ import (
 	"context"
 	"io"
 	"runtime"
+	"runtime/cgo"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 )
 
 // FinishReason says why a request ended; the values are the C ABI's CHUNKSERVE_FINISH_*.
@@ -57,14 +75,82 @@ type Event struct {
 	Finish *Finish // EventFinished
 }
 
+// eventQueue holds a stream's events between the library's callback, which appends them, and the
+// goroutines that receive them. It is what the stream's cgo.Handle refers to (not the Stream, so
+// that an unreachable Stream can still be finalized).
+//
+// It is unbounded on purpose: the callback runs on the engine's step thread (or the client's
+// network thread), which serves every stream, so it may never wait for a slow or absent reader;
+// dropping or reordering events is not an option either. The growth is bounded by the request
+// itself: at most MaxNewTokens tokens (no more than the model's context) and one terminal event,
+// which is what libchunkserve's own queue holds for chunkserve_stream_next when nobody reads. The
+// memory is freed when the events are received or the stream is closed.
+type eventQueue struct {
+	mu     sync.Mutex
+	events []Event // events[head:] are delivered and not yet received
+	head   int
+	final  Finish // the terminal event, once arrived
+	// arrived: the terminal event was delivered (ended is closed); taken: it was received
+	// (drained is closed, and Recv returns io.EOF from then on).
+	arrived, taken bool
+	// ready holds a token whenever events may be waiting: push adds one, and a receiver that
+	// leaves events behind passes it on. One token (capacity 1) wakes one waiting receiver.
+	ready   chan struct{}
+	ended   chan struct{}
+	drained chan struct{}
+}
+
+func newEventQueue() *eventQueue {
+	return &eventQueue{
+		ready:   make(chan struct{}, 1),
+		ended:   make(chan struct{}),
+		drained: make(chan struct{}),
+	}
+}
+
+// push appends an event; called by the stream callback only (invocations never overlap). It
+// never blocks beyond the short critical section.
+func (q *eventQueue) push(ev Event) {
+	q.mu.Lock()
+	if q.arrived { // the library sends exactly one terminal event; nothing follows it
+		q.mu.Unlock()
+		return
+	}
+	q.events = append(q.events, ev)
+	if ev.Kind == EventFinished {
+		q.arrived = true
+		q.final = *ev.Finish
+		close(q.ended)
+	}
+	q.mu.Unlock()
+	q.signal()
+}
+
+// signal leaves a wake-up token for one receiver unless one is already waiting there.
+func (q *eventQueue) signal() {
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
 // Stream is one request's output: generated tokens, then one terminal event. Safe for concurrent
 // use. Consume it with Recv, Tokens or Collect, and Close it when done (Close cancels a request
 // that is still running).
+//
+// The library delivers the events through a stream callback (chunkserve_stream_set_callback) into
+// a queue in Go memory, so a goroutine waiting in Recv, Finish, Collect or on the Tokens channel
+// is parked by the Go scheduler and holds no OS thread: thousands of waiting streams cost
+// goroutines, not threads. The queue never drops or reorders events and never makes the library's
+// thread wait; a stream that nobody reads keeps its undelivered tokens (at most MaxNewTokens)
+// until they are received or the stream is closed.
 type Stream struct {
-	mu  sync.RWMutex // read: calls into the stream; write: Close
-	ptr *C.chunkserve_stream_t
-	id  uint64
-	ctx context.Context
+	mu     sync.RWMutex // read: calls into the C stream; write: Close (destroy overlaps no call)
+	ptr    *C.chunkserve_stream_t
+	handle cgo.Handle // refers to q; deleted by Close once the callback can no longer run
+	q      *eventQueue
+	id     uint64
+	ctx    context.Context
 
 	stop      chan struct{} // closed by Close
 	closeOnce sync.Once
@@ -79,27 +165,42 @@ type Stream struct {
 	tokens        chan int32
 }
 
-func newStream(ctx context.Context, ptr *C.chunkserve_stream_t) *Stream {
+// newStream takes ownership of ptr (a stream just returned by submit): it registers the callback
+// that feeds the stream's queue, and on failure destroys ptr and returns the error.
+func newStream(ctx context.Context, ptr *C.chunkserve_stream_t) (*Stream, error) {
+	q := newEventQueue()
+	h := cgo.NewHandle(q)
+	// Events already queued in the library are delivered on this goroutine before this returns;
+	// later ones on the library's thread.
+	var cerr *C.chunkserve_error_t
+	if st := C.chunkserve_go_set_callback(ptr, C.uintptr_t(h), &cerr); st != C.CHUNKSERVE_STATUS_OK {
+		C.chunkserve_stream_destroy(ptr) // waits for a running invocation; none after
+		h.Delete()
+		return nil, fromC(st, cerr)
+	}
 	s := &Stream{
-		ptr:  ptr,
-		id:   uint64(C.chunkserve_stream_id(ptr)),
-		ctx:  ctx,
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		ptr:    ptr,
+		handle: h,
+		q:      q,
+		id:     uint64(C.chunkserve_stream_id(ptr)),
+		ctx:    ctx,
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
 	}
 	if ctx.Done() != nil {
 		go s.watch()
 	}
+	// A safety net only: an unreachable stream is closed, but Close should be called.
 	runtime.SetFinalizer(s, (*Stream).Close)
-	return s
+	return s, nil
 }
 
-// watch cancels the request when the context is done first.
+// watch cancels the request when the context is done before the terminal event arrives.
 func (s *Stream) watch() {
 	select {
 	case <-s.ctx.Done():
 		_ = s.Cancel()
-	case <-s.done:
+	case <-s.q.ended:
 	case <-s.stop:
 	}
 }
@@ -119,41 +220,54 @@ func (s *Stream) Cancel() error {
 	return fromC(C.chunkserve_stream_cancel(s.ptr, &cerr), cerr)
 }
 
-// Recv blocks until the next event. After the terminal event it returns io.EOF; after Close,
-// ErrClosed. Several goroutines may call it; each event goes to one of them.
+// Recv waits for the next event and returns it. After the terminal event it returns io.EOF; after
+// Close, ErrClosed (a Recv waiting when Close is called returns ErrClosed at once). Several
+// goroutines may call it; each event goes to one of them, in order. A waiting Recv is a parked
+// goroutine, not a thread blocked in C. It takes no context: when the stream's context is done the
+// request is cancelled, and the terminal event (FinishCancelled or FinishDeadline) ends the wait.
 func (s *Stream) Recv() (Event, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.ptr == nil {
-		return Event{}, ErrClosed
+	q := s.q
+	for {
+		select {
+		case <-s.stop:
+			return Event{}, ErrClosed
+		default:
+		}
+		q.mu.Lock()
+		if q.head < len(q.events) {
+			ev := q.events[q.head]
+			q.events[q.head] = Event{}
+			q.head++
+			if q.head == len(q.events) { // empty: reuse the array
+				q.events = q.events[:0]
+				q.head = 0
+			}
+			more := q.head < len(q.events)
+			if ev.Kind == EventFinished {
+				// Settled before Recv can return io.EOF anywhere, so that io.EOF implies a known
+				// outcome.
+				q.taken = true
+				s.settle(*ev.Finish, s.outcomeErr(*ev.Finish))
+				close(q.drained)
+			}
+			q.mu.Unlock()
+			if more {
+				q.signal() // pass the wake-up on to another receiver
+			}
+			return ev, nil
+		}
+		taken := q.taken
+		q.mu.Unlock()
+		if taken {
+			return Event{}, io.EOF
+		}
+		select {
+		case <-q.ready:
+		case <-q.drained:
+		case <-s.stop:
+			return Event{}, ErrClosed
+		}
 	}
-	var ev C.chunkserve_stream_event_t
-	ev.struct_size = C.uint32_t(unsafe.Sizeof(ev))
-	var cerr *C.chunkserve_error_t
-	st := C.chunkserve_stream_next(s.ptr, C.CHUNKSERVE_WAIT_FOREVER, &ev, &cerr)
-	if st == C.CHUNKSERVE_STATUS_OUT_OF_RANGE {
-		C.chunkserve_error_free(cerr)
-		return Event{}, io.EOF
-	}
-	if st != C.CHUNKSERVE_STATUS_OK {
-		err := fromC(st, cerr)
-		s.settle(Finish{}, err)
-		return Event{}, err
-	}
-	if ev.kind == C.CHUNKSERVE_EVENT_TOKEN {
-		return Event{Kind: EventToken, Token: int32(ev.token), Index: int32(ev.index)}, nil
-	}
-	f := Finish{
-		Reason:          FinishReason(ev.finish_reason),
-		PromptTokens:    int32(ev.prompt_tokens),
-		CachedTokens:    int32(ev.cached_tokens),
-		GeneratedTokens: int32(ev.generated_tokens),
-	}
-	if ev.status != C.CHUNKSERVE_STATUS_OK {
-		f.Err = &Error{Code: Code(ev.status), Message: C.GoString(ev.error_message)}
-	}
-	s.settle(f, s.outcomeErr(f))
-	return Event{Kind: EventFinished, Finish: &f}, nil
 }
 
 // outcomeErr is the error Finish and Collect report for a terminal event: nil for a normal end,
@@ -188,9 +302,17 @@ func (s *Stream) settle(f Finish, err error) {
 	})
 }
 
-// Tokens returns a channel of the generated tokens, closed after the last one. Call Finish for
-// the outcome afterwards. The channel is fed by a goroutine that stops when the stream ends or is
-// closed, so a reader may stop early by closing the stream (or cancelling its context).
+// Tokens returns a channel of the generated tokens, closed after the last one. The channel does
+// not carry the outcome: once it is closed, Err (or Finish) returns the error that ended the
+// stream, nil for a normal end (stop token or length):
+//
+//	for tok := range stream.Tokens() { ... }
+//	if err := stream.Err(); err != nil { ... } // ctx.Err(), ErrUnavailable, ErrClosed, ...
+//
+// The channel is fed by a goroutine (parked, like every waiting reader) that stops when the
+// stream ends or is closed, so a reader may stop early by closing the stream (or cancelling its
+// context); the channel is then closed and Err returns ErrClosed (or the context's error).
+// Calling Tokens again returns the same channel.
 func (s *Stream) Tokens() <-chan int32 {
 	s.tokensOnce.Do(func() {
 		s.tokens = make(chan int32, 16)
@@ -198,6 +320,9 @@ func (s *Stream) Tokens() <-chan int32 {
 		go func() {
 			defer close(s.tokens)
 			for {
+				// Every way out settles the outcome first: the terminal event (or io.EOF after
+				// another receiver took it) settles it in Recv, Close settles ErrClosed before
+				// closing stop. So Err is final once the channel is closed.
 				ev, err := s.Recv()
 				if err != nil || ev.Kind == EventFinished {
 					return
@@ -213,10 +338,26 @@ func (s *Stream) Tokens() <-chan int32 {
 	return s.tokens
 }
 
+// Err returns the error that ended the stream, once its outcome is known: nil when it ended
+// normally (stop token or length), the context's error when the context ended it, an *Error
+// otherwise (ErrCancelled, ErrDeadlineExceeded, ErrUnavailable, a FinishError's code, ...), and
+// ErrClosed after Close. It does not wait: it returns nil while the outcome is unknown, so call
+// it after the Tokens channel is closed (or after Recv returned the terminal event or io.EOF).
+// It equals the error Finish returns.
+func (s *Stream) Err() error {
+	select {
+	case <-s.done:
+		return s.err
+	default:
+		return nil
+	}
+}
+
 // Finish waits for the terminal event and returns it. The error is nil when the request ended
 // normally (stop token or length), the context's error when ctx ended it, an *Error otherwise
-// (ErrCancelled, ErrDeadlineExceeded, ErrUnavailable, ...). Tokens not yet received are
-// discarded, unless Tokens is delivering them.
+// (ErrCancelled, ErrDeadlineExceeded, ErrUnavailable, ...), ErrClosed after Close. Tokens not yet
+// received are discarded, unless Tokens is in use: then Finish returns as soon as the terminal
+// event has arrived and leaves every token to the Tokens channel.
 func (s *Stream) Finish() (Finish, error) {
 	for {
 		select {
@@ -227,10 +368,15 @@ func (s *Stream) Finish() (Finish, error) {
 		if s.tokensStarted.Load() {
 			select {
 			case <-s.done:
-				return s.finish, s.err
+			case <-s.q.ended:
+				s.q.mu.Lock()
+				f := s.q.final
+				s.q.mu.Unlock()
+				s.settle(f, s.outcomeErr(f))
 			case <-s.stop:
 				return Finish{}, ErrClosed
 			}
+			return s.finish, s.err
 		}
 		if _, err := s.Recv(); err != nil && err != io.EOF {
 			return Finish{}, err
@@ -243,7 +389,7 @@ func (s *Stream) Collect() ([]int32, Finish, error) {
 	var tokens []int32
 	for {
 		ev, err := s.Recv()
-		if err == io.EOF {
+		if err == io.EOF { // another receiver took the terminal event; the outcome is settled
 			return tokens, s.finish, s.err
 		}
 		if err != nil {
@@ -257,22 +403,21 @@ func (s *Stream) Collect() ([]int32, Finish, error) {
 	}
 }
 
-// Close cancels the request if it is still running and frees the stream. It waits for a Recv in
-// progress to return (which the cancellation makes prompt) and is idempotent.
+// Close cancels the request if it is still running and frees the stream; it is idempotent.
+// Receivers waiting in Recv, Finish or Collect return ErrClosed at once, and the Tokens channel
+// is closed. Close waits only for a callback invocation in progress on the library's thread (a
+// few microseconds): chunkserve_stream_destroy guarantees none runs afterwards, and only then is
+// the stream's cgo.Handle deleted.
 func (s *Stream) Close() error {
 	s.closeOnce.Do(func() {
+		s.settle(Finish{}, ErrClosed) // before stop, so that every reader woken by it sees it
 		close(s.stop)
-		s.mu.RLock()
-		if s.ptr != nil {
-			C.chunkserve_stream_cancel(s.ptr, nil)
-		}
-		s.mu.RUnlock()
 		s.mu.Lock()
-		C.chunkserve_stream_destroy(s.ptr)
+		C.chunkserve_stream_destroy(s.ptr) // cancels a running request
 		s.ptr = nil
 		s.mu.Unlock()
+		s.handle.Delete()
 		runtime.SetFinalizer(s, nil)
-		s.settle(Finish{}, ErrClosed)
 	})
 	return nil
 }
