@@ -24,6 +24,7 @@
 #include "capi/abi_layout.h"
 #include "capi/remote_client.h"
 #include "runtime/base/finish_reason.h"
+#include "runtime/base/logging.h"
 #include "runtime/base/status.h"
 #include "runtime/engine/engine.h"
 #include "runtime/sched/request.h"
@@ -654,6 +655,23 @@ chunkserve_status_t chunkserve_engine_info(chunkserve_engine_t* engine,
     c.model_fingerprint = engine->engine->model_fingerprint();
     return WriteVersioned(fn, "chunkserve_engine_info_t", c,
                           chunkserve::capi::kEngineInfoV1Size, info);
+  });
+}
+
+// ---- Logging -----------------------------------------------------------------------------------
+
+chunkserve_status_t chunkserve_set_log_callback(chunkserve_log_callback_t callback, void* user_data,
+                                                chunkserve_error_t** out_error) {
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (callback == nullptr) {
+      cs::SetLogSink(nullptr);
+      return Status::Ok();
+    }
+    cs::SetLogSink([callback, user_data](int severity, const std::string& text) {
+      callback(static_cast<int32_t>(severity), text.c_str(), user_data);
+    });
+    return Status::Ok();
   });
 }
 

@@ -11,6 +11,7 @@
 
 #include <glog/logging.h>
 
+#include <functional>
 #include <string>
 
 namespace chunkserve {
@@ -25,6 +26,13 @@ struct LoggingOptions {
 // Initializes glog once per process; later calls only adjust levels. Thread-safe. Does not touch
 // signal handlers. Safe to call when the embedding program initialized glog itself.
 void InitLogging(const LoggingOptions& options = {});
+
+// Sends every log message to `sink` (severity 0 INFO, 1 WARNING, 2 ERROR, 3 FATAL; the text is
+// "file.cc:123: message") instead of stderr; an empty function restores stderr. Process-wide, as
+// glog is. The sink is called on the logging thread, possibly concurrently, and must not log
+// itself. Thread-safe.
+using LogSinkFunction = std::function<void(int severity, const std::string& text)>;
+void SetLogSink(LogSinkFunction sink);
 
 // For main() of chunkserve executables only: installs glog's failure signal handler so a crash
 // prints a stack trace. Never called from library code.

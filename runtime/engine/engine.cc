@@ -413,6 +413,12 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   auto engine = std::make_unique<EngineImpl>(options, std::move(loaded).value(),
                                              tiny && options.tiny_model_dir.empty());
   CHUNKSERVE_RETURN_IF_ERROR(engine->Init());
+  const EngineStats stats = engine->Stats();
+  LOG(INFO) << "engine ready: " << (tiny ? std::string("built-in tiny model") : dir.string())
+            << ", vocab " << engine->vocab_size() << ", context " << engine->max_context()
+            << ", KV cache " << stats.kv_capacity_tokens << " tokens in " << stats.kv_slots_total
+            << " chunks of " << engine->chunk_size() << ", prefix sharing "
+            << (options.enable_prefix_sharing ? "on" : "off");
   return std::unique_ptr<Engine>(std::move(engine));
 }
 

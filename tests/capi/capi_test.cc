@@ -165,6 +165,48 @@ TEST(CapiOptionsTest, InitWritesOnlyStructSizeBytes) {
   for (unsigned char c : p.guard) ASSERT_EQ(c, 0x5A);
 }
 
+// chunkserve_set_log_callback routes the library's log messages to the embedder (here: the
+// engine's start-up line), and NULL routes them back to stderr.
+struct LogRecorder {
+  std::mutex mu;
+  std::vector<std::pair<int32_t, std::string>> messages;
+  static void OnLog(int32_t severity, const char* message, void* user) {
+    auto* self = static_cast<LogRecorder*>(user);
+    std::lock_guard<std::mutex> lock(self->mu);
+    self->messages.emplace_back(severity, message);
+  }
+  bool Saw(const std::string& text) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [severity, message] : messages) {
+      if (message.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+};
+
+TEST(CapiLoggingTest, ACallbackReceivesTheLibrarysLogMessages) {
+  LogRecorder recorder;
+  ASSERT_EQ(chunkserve_set_log_callback(&LogRecorder::OnLog, &recorder, nullptr),
+            CHUNKSERVE_STATUS_OK);
+  {
+    EnginePtr engine = CreateEngineOrDie(SmallEngineOptions());
+  }
+  ASSERT_EQ(chunkserve_set_log_callback(nullptr, nullptr, nullptr), CHUNKSERVE_STATUS_OK);
+  EXPECT_TRUE(recorder.Saw("engine ready: "));
+  {
+    std::lock_guard<std::mutex> lock(recorder.mu);
+    ASSERT_FALSE(recorder.messages.empty());
+    EXPECT_EQ(recorder.messages[0].first, CHUNKSERVE_LOG_INFO);
+    EXPECT_THAT(recorder.messages[0].second, ::testing::MatchesRegex("[a-z_]+\\.cc:[0-9]+: .*"));
+  }
+  // Back on stderr: the recorder hears nothing more.
+  const size_t before = recorder.messages.size();
+  {
+    EnginePtr engine = CreateEngineOrDie(SmallEngineOptions());
+  }
+  EXPECT_EQ(recorder.messages.size(), before);
+}
+
 // Every error names the C function it comes from (not a lambda's "operator()").
 TEST(CapiErrorTest, MessagesNameTheirCFunction) {
   EnginePtr engine = CreateEngineOrDie(SmallEngineOptions());

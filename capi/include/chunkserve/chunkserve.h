@@ -71,7 +71,7 @@
 
 /* The release this header belongs to. */
 #define CHUNKSERVE_VERSION_MAJOR 0
-#define CHUNKSERVE_VERSION_MINOR 1
+#define CHUNKSERVE_VERSION_MINOR 2
 #define CHUNKSERVE_VERSION_PATCH 0
 
 /* The ABI generation: the soname is libchunkserve.so.<CHUNKSERVE_ABI_VERSION>. It changes only on
@@ -85,6 +85,20 @@
 #define CHUNKSERVE_API __attribute__((visibility("default")))
 #else
 #define CHUNKSERVE_API
+#endif
+
+/* Deprecation: a declaration marked CHUNKSERVE_DEPRECATED("use ... instead") makes the compiler
+ * warn at each use, naming the replacement. A deprecated function stays exported, with its
+ * behaviour, until the next ABI generation. Define CHUNKSERVE_NO_DEPRECATION_WARNINGS before
+ * including this header to silence the warnings. */
+#if defined(CHUNKSERVE_NO_DEPRECATION_WARNINGS)
+#define CHUNKSERVE_DEPRECATED(message)
+#elif defined(__GNUC__) || defined(__clang__)
+#define CHUNKSERVE_DEPRECATED(message) __attribute__((deprecated(message)))
+#elif defined(_MSC_VER)
+#define CHUNKSERVE_DEPRECATED(message) __declspec(deprecated(message))
+#else
+#define CHUNKSERVE_DEPRECATED(message)
 #endif
 
 #ifdef __cplusplus
@@ -140,6 +154,28 @@ CHUNKSERVE_API const char* chunkserve_version(void);
 
 /* The library's ABI generation (CHUNKSERVE_ABI_VERSION it was built with). */
 CHUNKSERVE_API int32_t chunkserve_abi_version(void);
+
+/* ---- Logging (since 0.2) ------------------------------------------------------------------- */
+
+/* Severities of log messages. */
+#define CHUNKSERVE_LOG_INFO 0
+#define CHUNKSERVE_LOG_WARNING 1
+#define CHUNKSERVE_LOG_ERROR 2
+#define CHUNKSERVE_LOG_FATAL 3 /* a broken internal invariant; the process is about to end */
+
+/* Receives one log message: its severity (CHUNKSERVE_LOG_*) and its text ("file.cc:123: ...",
+ * NUL-terminated, valid only during the call). */
+typedef void (*chunkserve_log_callback_t)(int32_t severity, const char* message, void* user_data);
+
+/* Routes every log message of the library to callback(severity, message, user_data) instead of
+ * stderr; callback NULL restores stderr. Process-wide (the library logs through glog, shared by
+ * the whole process: a program that uses glog itself gets its own messages routed too). The
+ * callback may run on any library thread, concurrently, and must not call back into chunkserve;
+ * user_data must stay valid until the callback is replaced. Safe from any thread.
+ * Errors: none today (OK); INTERNAL is reserved. */
+CHUNKSERVE_API chunkserve_status_t chunkserve_set_log_callback(chunkserve_log_callback_t callback,
+                                                               void* user_data,
+                                                               chunkserve_error_t** out_error);
 
 /* ---- Enumerations (int32_t fields) --------------------------------------------------------- */
 

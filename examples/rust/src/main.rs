@@ -18,11 +18,8 @@ fn main() -> Result<(), chunkserve::Error> {
         chunkserve::version(),
         chunkserve::abi_version()
     );
-    let engine = Engine::new(&EngineOptions {
-        kv_cache_bytes: 32 << 20,
-        chunk_size: 16,
-        ..Default::default() // model_path None: the built-in tiny model
-    })?;
+    // No model_path: the built-in tiny model.
+    let engine = Engine::new(&EngineOptions::new().kv_cache_bytes(32 << 20).chunk_size(16))?;
 
     let system: Vec<i32> = (0..SYSTEM_TOKENS)
         .map(|i| ((i * 29 + 3) % 1024) as i32)
@@ -32,13 +29,12 @@ fn main() -> Result<(), chunkserve::Error> {
         for r in 0..REQUESTS {
             let mut prompt = system.clone();
             prompt.extend([500 + 10 * r as i32, 501 + 10 * r as i32]);
-            let mut stream = engine.submit(&Request {
-                prompt: &prompt,
-                max_new_tokens: MAX_NEW_TOKENS,
-                temperature: 0.7,
-                seed: r as u64,
-                ..Default::default()
-            })?;
+            let mut stream = engine.submit(
+                &Request::new(&prompt)
+                    .max_new_tokens(MAX_NEW_TOKENS)
+                    .temperature(0.7)
+                    .seed(r as u64),
+            )?;
             let out = &out;
             s.spawn(move || {
                 for (i, token) in stream.by_ref().enumerate() {

@@ -108,14 +108,33 @@ pub struct chunkserve_client_t {
 pub type chunkserve_stream_callback_t =
     Option<unsafe extern "C" fn(event: *const chunkserve_stream_event_t, user_data: *mut c_void)>;
 
-/// The callback's parameter types, for the drift test.
-pub const CALLBACK_PARAMS: &[&str] = &["*const chunkserve_stream_event_t", "*mut c_void"];
+/// `typedef void (*chunkserve_log_callback_t)(int32_t severity, const char* message,
+/// void* user_data);` (since 0.2; nullable, hence the Option).
+pub type chunkserve_log_callback_t =
+    Option<unsafe extern "C" fn(severity: i32, message: *const c_char, user_data: *mut c_void)>;
+
+/// The callback typedefs and their parameter types, for the drift test.
+pub const CALLBACKS: &[(&str, &[&str])] = &[
+    (
+        "chunkserve_stream_callback_t",
+        &["*const chunkserve_stream_event_t", "*mut c_void"],
+    ),
+    (
+        "chunkserve_log_callback_t",
+        &["i32", "*const c_char", "*mut c_void"],
+    ),
+];
 
 constants! {
     pub const CHUNKSERVE_VERSION_MAJOR: i32 = 0;
-    pub const CHUNKSERVE_VERSION_MINOR: i32 = 1;
+    pub const CHUNKSERVE_VERSION_MINOR: i32 = 2;
     pub const CHUNKSERVE_VERSION_PATCH: i32 = 0;
     pub const CHUNKSERVE_ABI_VERSION: i32 = 0;
+
+    pub const CHUNKSERVE_LOG_INFO: i32 = 0;
+    pub const CHUNKSERVE_LOG_WARNING: i32 = 1;
+    pub const CHUNKSERVE_LOG_ERROR: i32 = 2;
+    pub const CHUNKSERVE_LOG_FATAL: i32 = 3;
 
     pub const CHUNKSERVE_STATUS_OK: chunkserve_status_t = 0;
     pub const CHUNKSERVE_STATUS_INVALID_ARGUMENT: chunkserve_status_t = 1;
@@ -263,6 +282,11 @@ functions! {
 
     pub fn chunkserve_version() -> *const c_char;
     pub fn chunkserve_abi_version() -> i32;
+    pub fn chunkserve_set_log_callback(
+        callback: chunkserve_log_callback_t,
+        user_data: *mut c_void,
+        out_error: *mut *mut chunkserve_error_t,
+    ) -> chunkserve_status_t;
 
     pub fn chunkserve_finish_reason_name(finish_reason: i32) -> *const c_char;
 

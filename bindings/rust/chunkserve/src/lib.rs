@@ -3,15 +3,25 @@
 //! ```no_run
 //! use chunkserve::{Engine, EngineOptions, Request};
 //!
-//! let engine = Engine::new(&EngineOptions { kv_cache_bytes: 64 << 20, ..Default::default() })?;
+//! let engine = Engine::new(&EngineOptions::new().kv_cache_bytes(64 << 20))?;
 //! let prompt = [1, 2, 3, 4];
-//! let mut stream = engine.submit(&Request { prompt: &prompt, max_new_tokens: 8, ..Default::default() })?;
+//! let mut stream = engine.submit(&Request::new(&prompt).max_new_tokens(8))?;
 //! for token in stream.by_ref() {
 //!     println!("{}", token?);
 //! }
 //! println!("{:?}", stream.finish());
+//! println!("{} tokens generated", engine.stats()?.generated_tokens);
 //! # Ok::<(), chunkserve::Error>(())
 //! ```
+//!
+//! **Options** ([`EngineOptions`], [`Request`], [`ClientOptions`]) are `#[non_exhaustive]`, so
+//! that later versions can add fields: start from `new()` / `Default::default()` and set fields
+//! with the builder methods of the same names (as above) or by assignment
+//! (`let mut o = EngineOptions::default(); o.chunk_size = 16;`); struct literals do not compile
+//! outside this crate. The enums ([`Code`], [`FinishReason`], [`Event`], [`Backend`], [`DType`],
+//! [`ShutdownMode`]) and the structs the library fills ([`Finish`], [`Info`], [`EngineStats`],
+//! [`Error`]) are `#[non_exhaustive]` too: a `match` needs a `_` arm, and new variants or fields
+//! are not breaking changes.
 //!
 //! An empty `EngineOptions::model_path` serves the built-in tiny random-weight model (vocab
 //! 1024). Handles free their C objects on drop. [`Engine`] is `Send + Sync` (the C engine handle
@@ -20,7 +30,9 @@
 //! [`FinishReason::Unavailable`]. To cancel a stream that another thread is reading, call
 //! [`Engine::cancel`] with [`Stream::id`].
 //!
-//! Linking: the `chunkserve-sys` crate links `libchunkserve.so` from `CHUNKSERVE_LIB_DIR`.
+//! Linking: the `chunkserve-sys` crate links `libchunkserve.so` from `CHUNKSERVE_LIB_DIR`, else
+//! from `pkg-config --libs chunkserve` (`PKG_CONFIG_PATH` applies); without either the build
+//! fails with a message that says how to fix it.
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::mem::size_of;
@@ -31,8 +43,10 @@ use std::time::Duration;
 
 use chunkserve_sys as sys;
 
-/// A chunkserve status code (the C ABI's `CHUNKSERVE_STATUS_*`).
+/// A chunkserve status code (the C ABI's `CHUNKSERVE_STATUS_*`). Non-exhaustive: the C ABI may
+/// add codes, which later versions of this crate add as variants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Code {
     InvalidArgument,
     NotFound,
@@ -108,8 +122,10 @@ impl fmt::Display for Code {
     }
 }
 
-/// An error reported by libchunkserve: a code and a message.
+/// An error reported by libchunkserve: a code and a message. Non-exhaustive (later versions may
+/// add details): build one with [`Error::new`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Error {
     pub code: Code,
     pub message: String,
@@ -195,6 +211,7 @@ pub const HEADER_ABI_VERSION: i32 = sys::CHUNKSERVE_ABI_VERSION;
 
 /// Where the engine computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Backend {
     #[default]
     Cpu,
@@ -203,6 +220,7 @@ pub enum Backend {
 
 /// KV cache element type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum DType {
     #[default]
     F32,
@@ -212,6 +230,7 @@ pub enum DType {
 
 /// What [`Engine::shutdown`] does with requests in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ShutdownMode {
     /// Stop admitting; finish every submitted request.
     Drain,
@@ -219,8 +238,19 @@ pub enum ShutdownMode {
     Abort,
 }
 
-/// Engine configuration; zero values mean the defaults.
+/// Engine configuration; zero values mean the defaults. Non-exhaustive: start from
+/// [`EngineOptions::new`] (or `Default::default()`), then use the builder methods or assign fields.
+///
+/// ```
+/// use chunkserve::EngineOptions;
+/// let options = EngineOptions::new().kv_cache_bytes(64 << 20).chunk_size(16);
+/// let mut same = EngineOptions::default();
+/// same.kv_cache_bytes = 64 << 20;
+/// same.chunk_size = 16;
+/// assert_eq!((options.kv_cache_bytes, options.chunk_size), (same.kv_cache_bytes, same.chunk_size));
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct EngineOptions {
     /// Directory with config.json and safetensors weights; None: the built-in tiny model.
     pub model_path: Option<PathBuf>,
@@ -256,6 +286,55 @@ impl Default for EngineOptions {
             prefill_token_budget: 0,
             max_queued_requests: 0,
         }
+    }
+}
+
+/// Builder methods that set a field of the same name and return the options.
+macro_rules! setters {
+    ($( $(#[$m:meta])* $field:ident : $ty:ty ),* $(,)?) => {
+        $(
+            $(#[$m])*
+            #[must_use]
+            pub fn $field(mut self, value: $ty) -> Self {
+                self.$field = value;
+                self
+            }
+        )*
+    };
+}
+
+impl EngineOptions {
+    /// The defaults: the built-in tiny model on the CPU, every size at its default.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Serves the model in `path` (config.json and safetensors weights).
+    #[must_use]
+    pub fn model_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.model_path = Some(path.into());
+        self
+    }
+
+    setters! {
+        /// Sets [`EngineOptions::backend`](#structfield.backend).
+        backend: Backend,
+        /// Sets [`EngineOptions::kv_cache_bytes`](#structfield.kv_cache_bytes).
+        kv_cache_bytes: u64,
+        /// Sets [`EngineOptions::chunk_size`](#structfield.chunk_size).
+        chunk_size: i32,
+        /// Sets [`EngineOptions::kv_dtype`](#structfield.kv_dtype).
+        kv_dtype: DType,
+        /// Sets [`EngineOptions::prefix_sharing`](#structfield.prefix_sharing).
+        prefix_sharing: bool,
+        /// Sets [`EngineOptions::num_threads`](#structfield.num_threads).
+        num_threads: i32,
+        /// Sets [`EngineOptions::max_batch_size`](#structfield.max_batch_size).
+        max_batch_size: i32,
+        /// Sets [`EngineOptions::prefill_token_budget`](#structfield.prefill_token_budget).
+        prefill_token_budget: i32,
+        /// Sets [`EngineOptions::max_queued_requests`](#structfield.max_queued_requests).
+        max_queued_requests: i32,
     }
 }
 
@@ -341,13 +420,14 @@ impl Engine {
         call(|e| unsafe { sys::chunkserve_engine_shutdown(self.ptr.as_ptr(), mode, e) })
     }
 
-    /// Counters and gauges (the C struct, `struct_size` filled in).
-    pub fn stats(&self) -> Result<sys::chunkserve_engine_stats_t> {
+    /// Counters and gauges; see [`EngineStats`]. Works from any thread, also after
+    /// [`Engine::shutdown`].
+    pub fn stats(&self) -> Result<EngineStats> {
         // SAFETY: zeroed is valid for the plain C struct; the library fills it.
         let mut s: sys::chunkserve_engine_stats_t = unsafe { std::mem::zeroed() };
         s.struct_size = size_of::<sys::chunkserve_engine_stats_t>() as u32;
         call(|e| unsafe { sys::chunkserve_engine_stats(self.ptr.as_ptr(), &mut s, e) })?;
-        Ok(s)
+        Ok(EngineStats::from_c(&s))
     }
 
     /// Facts about the served model.
@@ -405,8 +485,10 @@ fn c_request(request: &Request<'_>) -> Result<sys::chunkserve_request_options_t>
     Ok(r)
 }
 
-/// Options of [`Client::connect`]; zero values mean the defaults.
+/// Options of [`Client::connect`]; zero values mean the defaults. Non-exhaustive: start from
+/// [`ClientOptions::new`] (or `Default::default()`), then use the builder methods or assign fields.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct ClientOptions {
     /// Bound on connecting; None: 5 s.
     pub connect_timeout: Option<Duration>,
@@ -419,6 +501,52 @@ pub struct ClientOptions {
     /// An optional certificate and key this client presents (both or neither; clients need none).
     pub tls_cert_file: Option<std::path::PathBuf>,
     pub tls_key_file: Option<std::path::PathBuf>,
+}
+
+impl ClientOptions {
+    /// The defaults: plaintext, 5 s connect timeout, 5 s keepalive probes.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets [`ClientOptions::connect_timeout`](#structfield.connect_timeout).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// Sets [`ClientOptions::keepalive_interval`](#structfield.keepalive_interval)
+    /// (`Duration::ZERO`: no probes).
+    #[must_use]
+    pub fn keepalive_interval(mut self, interval: Duration) -> Self {
+        self.keepalive_interval = Some(interval);
+        self
+    }
+
+    /// Sets [`ClientOptions::tls_ca_file`](#structfield.tls_ca_file): speak TLS, verifying the
+    /// server against this CA.
+    #[must_use]
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls_ca_file = Some(path.into());
+        self
+    }
+
+    /// Sets [`ClientOptions::tls_cert_file`](#structfield.tls_cert_file) (with
+    /// [`ClientOptions::tls_key_file`](#method.tls_key_file)).
+    #[must_use]
+    pub fn tls_cert_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls_cert_file = Some(path.into());
+        self
+    }
+
+    /// Sets [`ClientOptions::tls_key_file`](#structfield.tls_key_file) (with
+    /// [`ClientOptions::tls_cert_file`](#method.tls_cert_file)).
+    #[must_use]
+    pub fn tls_key_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls_key_file = Some(path.into());
+        self
+    }
 }
 
 /// A connection to a remote chunkserve-router or chunkserve-worker. [`Client::submit`] returns
@@ -474,8 +602,9 @@ impl Client {
                     let text = p.to_str().ok_or_else(|| {
                         Error::new(Code::InvalidArgument, "TLS file path is not UTF-8")
                     })?;
-                    CString::new(text)
-                        .map_err(|_| Error::new(Code::InvalidArgument, "TLS file path contains NUL"))
+                    CString::new(text).map_err(|_| {
+                        Error::new(Code::InvalidArgument, "TLS file path contains NUL")
+                    })
                 })
                 .transpose()
         };
@@ -523,6 +652,7 @@ impl Drop for Client {
 
 /// Facts about the served model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Info {
     pub vocab_size: i32,
     pub max_context: i32,
@@ -530,8 +660,19 @@ pub struct Info {
     pub model_fingerprint: u64,
 }
 
-/// A generation request; zero values mean the defaults.
+/// A generation request; zero values mean the defaults. Non-exhaustive: start from
+/// [`Request::new`] with the prompt, then use the builder methods or assign fields.
+///
+/// ```
+/// use chunkserve::Request;
+/// use std::time::Duration;
+/// let prompt = [1, 2, 3];
+/// let request = Request::new(&prompt).max_new_tokens(32).temperature(0.7).seed(7)
+///     .timeout(Duration::from_secs(5));
+/// assert_eq!(request.prompt, &prompt);
+/// ```
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct Request<'a> {
     /// Token ids in [0, vocab); required.
     pub prompt: &'a [i32],
@@ -552,8 +693,126 @@ pub struct Request<'a> {
     pub timeout: Option<Duration>,
 }
 
-/// Why a request ended.
+impl<'a> Request<'a> {
+    /// A request for `prompt` with every other field at its default.
+    pub fn new(prompt: &'a [i32]) -> Self {
+        Request {
+            prompt,
+            ..Default::default()
+        }
+    }
+
+    /// Sets [`Request::timeout`](#structfield.timeout).
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    setters! {
+        /// Sets [`Request::prompt`](#structfield.prompt).
+        prompt: &'a [i32],
+        /// Sets [`Request::max_new_tokens`](#structfield.max_new_tokens).
+        max_new_tokens: i32,
+        /// Sets [`Request::stop_tokens`](#structfield.stop_tokens).
+        stop_tokens: &'a [i32],
+        /// Sets [`Request::temperature`](#structfield.temperature).
+        temperature: f32,
+        /// Sets [`Request::top_k`](#structfield.top_k).
+        top_k: i32,
+        /// Sets [`Request::top_p`](#structfield.top_p).
+        top_p: f32,
+        /// Sets [`Request::seed`](#structfield.seed).
+        seed: u64,
+        /// Sets [`Request::priority`](#structfield.priority).
+        priority: i32,
+    }
+}
+
+/// Engine counters and gauges ([`Engine::stats`]); the C ABI's `chunkserve_engine_stats_t`
+/// without its bookkeeping fields. Counters count since the engine was created; gauges describe
+/// the last engine step. Non-exhaustive: later versions may add fields.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[non_exhaustive]
+pub struct EngineStats {
+    /// Requests accepted by submit.
+    pub requests_submitted: u64,
+    /// Requests that reached their terminal event (any [`FinishReason`]).
+    pub requests_finished: u64,
+    /// Prompt tokens of admitted requests.
+    pub prompt_tokens: u64,
+    /// Prompt tokens whose KV came from the prefix cache (not recomputed).
+    pub prefix_hit_tokens: u64,
+    /// Tokens run through prefill.
+    pub prefill_tokens: u64,
+    /// Tokens streamed out.
+    pub generated_tokens: u64,
+    /// Engine steps run.
+    pub steps: u64,
+    /// KV chunks evicted from the prefix cache to make room.
+    pub evicted_chunks: u64,
+    /// Sequences preempted (their KV freed, to be recomputed later) under memory pressure.
+    pub preemptions: u64,
+    /// Gauge: sequences in the running batch at the last step.
+    pub running: i32,
+    /// Gauge: requests submitted and not yet admitted.
+    pub queued: i32,
+    /// Gauge: sequences in the last step's batch.
+    pub last_batch_size: i32,
+    /// Gauge: KV bytes in use: referenced plus retained, shared chunks counted once.
+    pub kv_bytes_used: u64,
+    /// Gauge: KV bytes referenced by live sequences.
+    pub kv_bytes_referenced: u64,
+    /// Gauge: the KV bytes live sequences would use without prefix sharing.
+    pub kv_bytes_if_unshared: u64,
+    /// The KV cache's size in bytes.
+    pub kv_bytes_capacity: u64,
+    /// The maximum of `kv_bytes_referenced` so far.
+    pub kv_bytes_peak: u64,
+    /// Gauge: KV chunks in the cache.
+    pub chunks_total: i32,
+    /// Gauge: KV chunks referenced by two or more live sequences.
+    pub chunks_shared: i32,
+    /// Gauge: unreferenced KV chunks kept for reuse (the prefix cache).
+    pub chunks_retained: i32,
+    /// Decode throughput over the last few seconds, tokens per second.
+    pub decode_tokens_per_s: f64,
+    /// Prefill throughput over the last few seconds, tokens per second.
+    pub prefill_tokens_per_s: f64,
+}
+
+impl EngineStats {
+    fn from_c(s: &sys::chunkserve_engine_stats_t) -> EngineStats {
+        EngineStats {
+            requests_submitted: s.requests_submitted,
+            requests_finished: s.requests_finished,
+            prompt_tokens: s.prompt_tokens,
+            prefix_hit_tokens: s.prefix_hit_tokens,
+            prefill_tokens: s.prefill_tokens,
+            generated_tokens: s.generated_tokens,
+            steps: s.steps,
+            evicted_chunks: s.evicted_chunks,
+            preemptions: s.preemptions,
+            running: s.running,
+            queued: s.queued,
+            last_batch_size: s.last_batch_size,
+            kv_bytes_used: s.kv_bytes_used,
+            kv_bytes_referenced: s.kv_bytes_referenced,
+            kv_bytes_if_unshared: s.kv_bytes_if_unshared,
+            kv_bytes_capacity: s.kv_bytes_capacity,
+            kv_bytes_peak: s.kv_bytes_peak,
+            chunks_total: s.chunks_total,
+            chunks_shared: s.chunks_shared,
+            chunks_retained: s.chunks_retained,
+            decode_tokens_per_s: s.decode_tokens_per_s,
+            prefill_tokens_per_s: s.prefill_tokens_per_s,
+        }
+    }
+}
+
+/// Why a request ended. Non-exhaustive: a `match` needs a `_` arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FinishReason {
     StopToken,
     Length,
@@ -578,6 +837,7 @@ impl FinishReason {
 
 /// A request's terminal event.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Finish {
     pub reason: FinishReason,
     pub prompt_tokens: i32,
@@ -588,10 +848,15 @@ pub struct Finish {
     pub error: Option<Error>,
 }
 
-/// One element of a stream.
+/// One element of a stream. Non-exhaustive, and so is `Token`: match it as
+/// `Event::Token { token, index, .. }` and give the `match` a `_` arm.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Event {
+    /// A generated token and its 0-based position among the generated tokens.
+    #[non_exhaustive]
     Token { token: i32, index: i32 },
+    /// The terminal event.
     Finished(Finish),
 }
 
@@ -773,5 +1038,133 @@ impl Drop for Stream {
         // the callback is never invoked again, so its box can go.
         unsafe { sys::chunkserve_stream_destroy(self.ptr.as_ptr()) }
         self.callback.take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every EngineStats field comes from the C field of the same name (distinct values catch a
+    /// swapped or dropped field).
+    #[test]
+    fn engine_stats_fields_map_one_to_one() {
+        // SAFETY: zeroed is valid for the plain C struct.
+        let mut c: sys::chunkserve_engine_stats_t = unsafe { std::mem::zeroed() };
+        c.struct_size = size_of::<sys::chunkserve_engine_stats_t>() as u32;
+        c.running = 1;
+        c.requests_submitted = 2;
+        c.requests_finished = 3;
+        c.prompt_tokens = 4;
+        c.prefix_hit_tokens = 5;
+        c.prefill_tokens = 6;
+        c.generated_tokens = 7;
+        c.steps = 8;
+        c.evicted_chunks = 9;
+        c.preemptions = 10;
+        c.queued = 11;
+        c.last_batch_size = 12;
+        c.kv_bytes_used = 13;
+        c.kv_bytes_referenced = 14;
+        c.kv_bytes_if_unshared = 15;
+        c.kv_bytes_capacity = 16;
+        c.kv_bytes_peak = 17;
+        c.chunks_total = 18;
+        c.chunks_shared = 19;
+        c.chunks_retained = 20;
+        c.reserved0 = 99;
+        c.decode_tokens_per_s = 21.5;
+        c.prefill_tokens_per_s = 22.5;
+        let s = EngineStats::from_c(&c);
+        let want = EngineStats {
+            running: 1,
+            requests_submitted: 2,
+            requests_finished: 3,
+            prompt_tokens: 4,
+            prefix_hit_tokens: 5,
+            prefill_tokens: 6,
+            generated_tokens: 7,
+            steps: 8,
+            evicted_chunks: 9,
+            preemptions: 10,
+            queued: 11,
+            last_batch_size: 12,
+            kv_bytes_used: 13,
+            kv_bytes_referenced: 14,
+            kv_bytes_if_unshared: 15,
+            kv_bytes_capacity: 16,
+            kv_bytes_peak: 17,
+            chunks_total: 18,
+            chunks_shared: 19,
+            chunks_retained: 20,
+            decode_tokens_per_s: 21.5,
+            prefill_tokens_per_s: 22.5,
+        };
+        assert_eq!(s, want);
+    }
+
+    #[test]
+    fn builders_set_the_fields_they_name() {
+        let o = EngineOptions::new()
+            .model_path("/m")
+            .backend(Backend::Cuda)
+            .kv_cache_bytes(1)
+            .chunk_size(2)
+            .kv_dtype(DType::BF16)
+            .prefix_sharing(false)
+            .num_threads(3)
+            .max_batch_size(4)
+            .prefill_token_budget(5)
+            .max_queued_requests(6);
+        assert_eq!(o.model_path.as_deref(), Some(std::path::Path::new("/m")));
+        assert_eq!(
+            (o.backend, o.kv_dtype, o.prefix_sharing),
+            (Backend::Cuda, DType::BF16, false)
+        );
+        assert_eq!(
+            (
+                o.kv_cache_bytes,
+                o.chunk_size,
+                o.num_threads,
+                o.max_batch_size
+            ),
+            (1, 2, 3, 4)
+        );
+        assert_eq!((o.prefill_token_budget, o.max_queued_requests), (5, 6));
+        assert!(
+            EngineOptions::new().prefix_sharing,
+            "prefix sharing is on by default"
+        );
+
+        let (p, stop) = ([1, 2], [3]);
+        let r = Request::new(&p)
+            .max_new_tokens(7)
+            .stop_tokens(&stop)
+            .temperature(0.5)
+            .top_k(8)
+            .top_p(0.9)
+            .seed(9)
+            .priority(-1)
+            .timeout(Duration::from_millis(10));
+        assert_eq!((r.prompt, r.stop_tokens), (&p[..], &stop[..]));
+        assert_eq!(
+            (r.max_new_tokens, r.top_k, r.seed, r.priority),
+            (7, 8, 9, -1)
+        );
+        assert_eq!((r.temperature, r.top_p), (0.5, 0.9));
+        assert_eq!(r.timeout, Some(Duration::from_millis(10)));
+        assert_eq!(Request::default().prompt(&p).prompt, &p[..]);
+
+        let c = ClientOptions::new()
+            .connect_timeout(Duration::from_secs(1))
+            .keepalive_interval(Duration::ZERO)
+            .tls_ca_file("ca.pem")
+            .tls_cert_file("node.pem")
+            .tls_key_file("node.key");
+        assert_eq!(c.connect_timeout, Some(Duration::from_secs(1)));
+        assert_eq!(c.keepalive_interval, Some(Duration::ZERO));
+        assert_eq!(c.tls_ca_file, Some(PathBuf::from("ca.pem")));
+        assert_eq!(c.tls_cert_file, Some(PathBuf::from("node.pem")));
+        assert_eq!(c.tls_key_file, Some(PathBuf::from("node.key")));
     }
 }

@@ -1,6 +1,7 @@
 //! The remote client against a real chunkserve-worker process (CHUNKSERVE_WORKER_BIN, set by
-//! ctest) on 127.0.0.1 with an ephemeral port: streaming equals the in-process engine, and
-//! cancellation. Without CHUNKSERVE_WORKER_BIN the tests print a note and pass trivially.
+//! ctest) on 127.0.0.1 with an ephemeral port: streaming equals the in-process engine,
+//! cancellation, TLS. The tests are `#[ignore]`d because they need CHUNKSERVE_WORKER_BIN; ctest
+//! runs them with `-- --include-ignored`, and without the variable they fail saying so.
 mod common;
 
 use std::io::{BufRead, BufReader};
@@ -23,21 +24,20 @@ impl Drop for Worker {
     }
 }
 
-fn start_worker() -> Option<Worker> {
+fn start_worker() -> Worker {
     start_worker_with(&[])
 }
 
 /// The test certificates of tests/testing/tls.
 fn tls_fixture(name: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/testing/tls").join(name)
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../tests/testing/tls")
+        .join(name)
 }
 
-fn start_worker_with(extra: &[&std::ffi::OsStr]) -> Option<Worker> {
-    let Some(bin) = std::env::var_os("CHUNKSERVE_WORKER_BIN") else {
-        eprintln!("CHUNKSERVE_WORKER_BIN is not set (ctest sets it); skipping");
-        return None;
-    };
-    let mut child = Command::new(bin)
+fn start_worker_with(extra: &[&std::ffi::OsStr]) -> Worker {
+    let bin = common::required_env("CHUNKSERVE_WORKER_BIN", "<build>/bin/chunkserve-worker");
+    let mut child = Command::new(&bin)
         // 16-token chunks as common::options(), so in-process references compute the same way.
         .args([
             "--listen",
@@ -51,7 +51,7 @@ fn start_worker_with(extra: &[&std::ffi::OsStr]) -> Option<Worker> {
         .args(extra)
         .stdout(Stdio::piped())
         .spawn()
-        .expect("starting chunkserve-worker");
+        .unwrap_or_else(|e| panic!("starting CHUNKSERVE_WORKER_BIN={bin:?}: {e}"));
     let stdout = child.stdout.take().expect("stdout");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -72,20 +72,17 @@ fn start_worker_with(extra: &[&std::ffi::OsStr]) -> Option<Worker> {
         Ok(Some(port)) => worker.port = port,
         other => panic!("the worker did not print its port: {other:?}"),
     }
-    Some(worker)
+    worker
 }
 
 #[test]
+#[ignore = "needs CHUNKSERVE_WORKER_BIN (ctest sets it)"]
 fn remote_stream_equals_the_in_process_engine() {
-    let Some(worker) = start_worker() else { return };
+    let worker = start_worker();
     let client = Client::connect("127.0.0.1", worker.port, &ClientOptions::default())
         .expect("Client::connect");
     let prompt = common::prompt(60, 3);
-    let request = Request {
-        prompt: &prompt,
-        max_new_tokens: 12,
-        ..Default::default()
-    };
+    let request = Request::new(&prompt).max_new_tokens(12);
     let mut stream = client.submit(&request).expect("submit");
     assert_eq!(stream.id(), 1);
     let remote: Vec<i32> = stream.by_ref().collect::<Result<_, _>>().expect("tokens");
@@ -104,28 +101,20 @@ fn remote_stream_equals_the_in_process_engine() {
 
     // Rejected by the worker (token id >= vocab): the error comes through the stream.
     let bad = [1, 5000];
-    let mut rejected = client
-        .submit(&Request {
-            prompt: &bad,
-            ..Default::default()
-        })
-        .expect("submit");
+    let mut rejected = client.submit(&Request::new(&bad)).expect("submit");
     let err = rejected.find_map(|t| t.err()).expect("an error");
     assert_eq!(err.code, Code::InvalidArgument, "{err}");
 }
 
 #[test]
+#[ignore = "needs CHUNKSERVE_WORKER_BIN (ctest sets it)"]
 fn cancelling_a_remote_stream() {
-    let Some(worker) = start_worker() else { return };
+    let worker = start_worker();
     let client = Client::connect("127.0.0.1", worker.port, &ClientOptions::default())
         .expect("Client::connect");
     let prompt = common::prompt(20, 4);
     let mut stream = client
-        .submit(&Request {
-            prompt: &prompt,
-            max_new_tokens: 4000,
-            ..Default::default()
-        })
+        .submit(&Request::new(&prompt).max_new_tokens(4000))
         .expect("submit");
     match stream.next_event(Some(Duration::from_secs(60))) {
         Ok(Some(Event::Token { index: 0, .. })) => {}
@@ -150,38 +139,34 @@ fn cancelling_a_remote_stream() {
 }
 
 #[test]
+#[ignore = "needs CHUNKSERVE_WORKER_BIN (ctest sets it)"]
 fn speaks_tls_with_the_cluster_ca() {
-    let (ca, cert, key) = (tls_fixture("ca.pem"), tls_fixture("node.pem"), tls_fixture("node.key"));
-    let Some(worker) = start_worker_with(&[
+    let (ca, cert, key) = (
+        tls_fixture("ca.pem"),
+        tls_fixture("node.pem"),
+        tls_fixture("node.key"),
+    );
+    let worker = start_worker_with(&[
         "--tls-ca".as_ref(),
         ca.as_os_str(),
         "--tls-cert".as_ref(),
         cert.as_os_str(),
         "--tls-key".as_ref(),
         key.as_os_str(),
-    ]) else {
-        return;
-    };
-    let options = ClientOptions {
-        tls_ca_file: Some(ca.clone()),
-        ..Default::default()
-    };
+    ]);
+    let options = ClientOptions::new().tls_ca_file(ca.clone());
     let client = Client::connect("127.0.0.1", worker.port, &options).expect("connect over TLS");
     let prompt = common::prompt(30, 2);
-    let request = Request {
-        prompt: &prompt,
-        max_new_tokens: 4,
-        ..Default::default()
-    };
+    let request = Request::new(&prompt).max_new_tokens(4);
     let mut stream = client.submit(&request).expect("submit");
     let tokens: Vec<i32> = stream.by_ref().collect::<Result<_, _>>().expect("tokens");
     assert_eq!(tokens.len(), 4);
-    assert_eq!(stream.finish().expect("finish").reason, FinishReason::Length);
+    assert_eq!(
+        stream.finish().expect("finish").reason,
+        FinishReason::Length
+    );
     // A server certificate the given CA did not sign: refused at connect.
-    let other = ClientOptions {
-        tls_ca_file: Some(tls_fixture("other-ca.pem")),
-        ..Default::default()
-    };
+    let other = ClientOptions::new().tls_ca_file(tls_fixture("other-ca.pem"));
     let err = Client::connect("127.0.0.1", worker.port, &other)
         .err()
         .expect("refused");

@@ -30,13 +30,7 @@ fn rss_anon_kib() -> i64 {
 fn cycle(opts: &EngineOptions, i: usize) {
     let engine = Engine::new(opts).unwrap();
     let p = prompt(8, i);
-    let mut stream = engine
-        .submit(&Request {
-            prompt: &p,
-            max_new_tokens: 2,
-            ..Default::default()
-        })
-        .unwrap();
+    let mut stream = engine.submit(&Request::new(&p).max_new_tokens(2)).unwrap();
     stream.next_event(None).unwrap().unwrap();
     if i % 2 == 0 {
         drop(engine); // the stream outlives its engine
@@ -74,10 +68,7 @@ fn no_leaks_across_engine_cycles() {
         cycles = 100;
         println!("CHUNKSERVE_TEST_MODEL_DIR unset: {cycles} cycles on the built-in model");
     }
-    let opts = EngineOptions {
-        kv_cache_bytes: 4 << 20,
-        ..options()
-    };
+    let opts = options().kv_cache_bytes(4 << 20);
     for i in 0..50 {
         cycle(&opts, i);
     }
