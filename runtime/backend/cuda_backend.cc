@@ -571,4 +571,12 @@ Status CudaBackend::Finish() {
   return impl_->Sync("forward step");
 }
 
+Result<std::unique_ptr<Backend>> CreateCudaBackendFromSpec(const CudaBackendSpec& spec) {
+  CHUNKSERVE_RETURN_IF_ERROR(CudaBackend::CheckKvArena(spec.arena));
+  if (spec.device < 0) return Status::InvalidArgument("device must be >= 0");
+  CHUNKSERVE_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> b,
+                              CudaBackend::Create({.device = spec.device, .dtype = spec.dtype}));
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
 }  // namespace chunkserve::backend

@@ -1,6 +1,6 @@
 // CudaBackend: the Backend operations (backend.h) on one CUDA device and one stream, built only
-// when the project is configured with CUDA (CHUNKSERVE_HAVE_CUDA_BACKEND is then defined for
-// users of chunkserve::backend).
+// when the project is configured with CUDA, into chunkserve::cuda_backend (programs that link CUDA)
+// and the plugin libchunkserve_cuda.so (loaded by libchunkserve.so; see cuda_plugin.h).
 //
 // compute_dtype() is fp16 or bf16 (CudaBackendOptions::dtype): weights, the GEMM and attention
 // activations and the KV arena (the attention kernels take queries and K/V in one 16-bit dtype).
@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "runtime/backend/backend.h"
+#include "runtime/backend/cuda_plugin.h"
 
 namespace chunkserve::backend {
 
@@ -39,6 +40,10 @@ struct CudaBackendOptions {
   int32_t device = 0;                           // CUDA device ordinal
   kernels::DType dtype = kernels::DType::kF16;  // kF16 or kBF16: weights, activations and KV
 };
+
+// The CudaBackendFactory of cuda_plugin.h: checks the arena shape (before any device is looked
+// at), then creates the backend on spec.device.
+Result<std::unique_ptr<Backend>> CreateCudaBackendFromSpec(const CudaBackendSpec& spec);
 
 class CudaBackend final : public Backend {
  public:

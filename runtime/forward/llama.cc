@@ -6,10 +6,8 @@
 #include <utility>
 
 #include "runtime/backend/cpu_backend.h"
+#include "runtime/backend/cuda_plugin.h"
 #include "runtime/model/tensor_parallel.h"
-#if defined(CHUNKSERVE_HAVE_CUDA_BACKEND)
-#include "runtime/backend/cuda_backend.h"
-#endif
 
 namespace chunkserve::forward {
 namespace {
@@ -288,22 +286,18 @@ Result<std::unique_ptr<LlamaModel>> CreateLlamaModel(const model::LoadedModel& m
     CHUNKSERVE_ASSIGN_OR_RETURN(b,
                                 backend::CpuBackend::Create({.num_threads = options.num_threads}));
   } else if (options.backend == BackendKind::kCuda) {
-#if defined(CHUNKSERVE_HAVE_CUDA_BACKEND)
-    // Shapes the kernels refuse are refused before the device is looked at.
+    // Linked into this program or loaded from the plugin (cuda_plugin.h).
     const model::ModelConfig& c = model.config();
-    CHUNKSERVE_RETURN_IF_ERROR(backend::CudaBackend::CheckKvArena(
-        {.num_layers = c.num_layers,
-         .num_slots = options.num_slots,
-         .num_kv_heads = std::max(1, c.num_kv_heads / std::max(1, tp.size)),
-         .chunk_size = options.chunk_size,
-         .head_dim = c.head_dim,
-         .dtype = options.kv_dtype}));
-    if (options.cuda_device < 0) return Status::InvalidArgument("device must be >= 0");
-    CHUNKSERVE_ASSIGN_OR_RETURN(b, backend::CudaBackend::Create(
-                                       {.device = options.cuda_device, .dtype = options.kv_dtype}));
-#else
-    return Status::Unimplemented("this build has no CUDA backend (configure with CUDA)");
-#endif
+    CHUNKSERVE_ASSIGN_OR_RETURN(
+        b, backend::CreateCudaBackend(
+               {.device = options.cuda_device,
+                .dtype = options.kv_dtype,
+                .arena = {.num_layers = c.num_layers,
+                          .num_slots = options.num_slots,
+                          .num_kv_heads = std::max(1, c.num_kv_heads / std::max(1, tp.size)),
+                          .chunk_size = options.chunk_size,
+                          .head_dim = c.head_dim,
+                          .dtype = options.kv_dtype}}));
   } else {
     return Status::Unimplemented("unknown backend kind");
   }

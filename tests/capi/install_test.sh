@@ -21,11 +21,20 @@ done
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
 flags=$(pkg-config --cflags --libs chunkserve)
 echo "install_test: pkg-config gives: $flags"
-"$cc" -std=c99 -Wall -Wextra -Werror -pedantic "$example" $flags -Wl,-rpath,"$libdir" \
-      -o "$prefix/example"
+# The .pc's Libs carry the rpath (CHUNKSERVE_PKG_CONFIG_RPATH, on unless configured for /usr).
+case "$flags" in
+  *-Wl,-rpath*) rpath="";;
+  *) rpath="-Wl,-rpath,$libdir";;
+esac
+# shellcheck disable=SC2086 # the flags are words
+"$cc" -std=c99 -Wall -Wextra -Werror -pedantic "$example" $flags $rpath -o "$prefix/example"
 "$prefix/example" > "$prefix/out.txt"
 tail -1 "$prefix/out.txt"
-ldd "$prefix/example" | grep -q "$libdir/libchunkserve.so.0" || {
-  echo "install_test: the example did not load the installed library"; exit 1; }
+# The library the loader picked (by the .pc's rpath, which may read lib/pkgconfig/../../lib).
+loaded=$(ldd "$prefix/example" | sed -n 's/^[[:space:]]*libchunkserve\.so\.0 => \(.*\) (0x.*$/\1/p')
+if [ -z "$loaded" ] ||
+   [ "$(readlink -f "$loaded")" != "$(readlink -f "$libdir/libchunkserve.so.0")" ]; then
+  echo "install_test: the example did not load the installed library (it loads '$loaded')"; exit 1
+fi
 "$(dirname "$0")/runpath_test.sh" "$prefix"
 echo "install_test: ok"

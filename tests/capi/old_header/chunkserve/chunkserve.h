@@ -1,0 +1,479 @@
+/* chunkserve.h: the stable C ABI of chunkserve (libchunkserve.so).
+ *
+ * chunkserve serves a language model in-process: an engine owns the model, a KV cache shaped as a
+ * prefix tree of fixed-size chunks (requests that share a prompt prefix share its keys and values)
+ * and one step thread that batches every running request. A request is a prompt of token ids plus
+ * sampling rules; its answer is a stream of generated tokens followed by exactly one terminal
+ * event.
+ *
+ *   chunkserve_engine_options_t eo;
+ *   chunkserve_engine_options_init(&eo, sizeof eo, NULL);
+ *   eo.kv_cache_bytes = 64u << 20;                      (model_path NULL: the built-in tiny model)
+ *   chunkserve_engine_t* engine;
+ *   chunkserve_error_t* err;
+ *   if (chunkserve_engine_create(&eo, &engine, &err) != CHUNKSERVE_STATUS_OK) {
+ *     fprintf(stderr, "%s\n", chunkserve_error_message(err));
+ *     chunkserve_error_free(err);
+ *   }
+ *   chunkserve_request_options_t ro;
+ *   chunkserve_request_options_init(&ro, sizeof ro, NULL);
+ *   ro.prompt_tokens = prompt; ro.num_prompt_tokens = n;
+ *   chunkserve_stream_t* stream;
+ *   chunkserve_engine_submit(engine, &ro, &stream, NULL);
+ *   chunkserve_stream_event_t ev;
+ *   ev.struct_size = sizeof ev;
+ *   while (chunkserve_stream_next(stream, CHUNKSERVE_WAIT_FOREVER, &ev, NULL) ==
+ *          CHUNKSERVE_STATUS_OK && ev.kind == CHUNKSERVE_EVENT_TOKEN) use(ev.token);
+ *   chunkserve_stream_destroy(stream);
+ *   chunkserve_engine_destroy(engine);
+ *
+ * ABI rules (see capi/README.md):
+ *  - Only chunkserve_* symbols are exported; the library's soname carries CHUNKSERVE_ABI_VERSION.
+ *  - Handles are opaque. Structs never change layout: fields are only appended, and every struct
+ *    starts with `uint32_t struct_size` that the caller sets (the *_options_init functions do it
+ *    for options). The library reads or writes only the bytes struct_size covers, so a program
+ *    built against an older header keeps working with a newer library. struct_size smaller than
+ *    the first published version of the struct, or larger than this library's, is rejected with
+ *    CHUNKSERVE_STATUS_INVALID_ARGUMENT.
+ *  - Fields are fixed-width integers, float/double and pointers; "enums" are int32_t fields with
+ *    #defined values. Values are only added, never renumbered.
+ *
+ * Errors. Every fallible function returns a chunkserve_status_t (CHUNKSERVE_STATUS_OK == 0) and
+ * takes a last parameter `chunkserve_error_t** out_error` that may be NULL. When out_error is not
+ * NULL, *out_error is set to NULL on success and to a new error object (code + message) on
+ * failure; the caller owns it and frees it with chunkserve_error_free. There is no thread-local
+ * "last error". No C++ exception and no abort escapes an entry point on bad input: failures,
+ * including running out of memory, become status codes.
+ *
+ * Threading. Every function may be called from any thread. An engine handle may be used by many
+ * threads at once (submit, cancel, stats, shutdown); a stream handle's next, cancel, id and
+ * set_callback may also overlap. A *_destroy call must not overlap any other call on the same
+ * handle. Blocking: chunkserve_engine_destroy / _shutdown wait for the engine's step thread (and
+ * so for a stream callback it is running); chunkserve_client_destroy waits for the client's
+ * network thread (and so for a callback of one of its streams); chunkserve_stream_destroy waits
+ * for a running callback of that stream; nothing else waits on another handle. A client handle,
+ * like an engine handle, may be used by many threads at once (submit, cancel).
+ *
+ * Ownership. Every object a function creates (engine, client, stream, error) is owned by the
+ * caller and freed by its *_destroy / *_free function; *_destroy(NULL) and *_free(NULL) are
+ * no-ops. Pointers passed in (options, token arrays, strings) are borrowed for the duration of
+ * the call only.
+ * Streams and the engine (or client) are independent objects: either may be destroyed first.
+ */
+#ifndef CHUNKSERVE_CHUNKSERVE_H_
+#define CHUNKSERVE_CHUNKSERVE_H_
+
+#include <stdint.h>
+
+/* ---- Versions ------------------------------------------------------------------------------ */
+
+/* The release this header belongs to. */
+#define CHUNKSERVE_VERSION_MAJOR 0
+#define CHUNKSERVE_VERSION_MINOR 1
+#define CHUNKSERVE_VERSION_PATCH 0
+
+/* The ABI generation: the soname is libchunkserve.so.<CHUNKSERVE_ABI_VERSION>. It changes only on
+ * an incompatible change (a removed function, a changed layout or meaning); additions keep it. A
+ * program compares it with chunkserve_abi_version() to detect a mismatched library at run time. */
+#define CHUNKSERVE_ABI_VERSION 0
+
+/* Symbol visibility: the library is built with -fvisibility=hidden and exports exactly the
+ * functions marked CHUNKSERVE_API (see capi/chunkserve.map). */
+#if defined(__GNUC__) || defined(__clang__)
+#define CHUNKSERVE_API __attribute__((visibility("default")))
+#else
+#define CHUNKSERVE_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Status codes -------------------------------------------------------------------------- */
+
+/* A status code. Values equal chunkserve::StatusCode and never change; new codes are only
+ * appended, so treat an unknown value like CHUNKSERVE_STATUS_INTERNAL. */
+typedef int32_t chunkserve_status_t;
+
+#define CHUNKSERVE_STATUS_OK 0
+#define CHUNKSERVE_STATUS_INVALID_ARGUMENT 1    /* malformed or out-of-range input */
+#define CHUNKSERVE_STATUS_NOT_FOUND 2           /* no such request / file */
+#define CHUNKSERVE_STATUS_ALREADY_EXISTS 3
+#define CHUNKSERVE_STATUS_RESOURCE_EXHAUSTED 4  /* queue full, KV cache too small, out of memory */
+#define CHUNKSERVE_STATUS_FAILED_PRECONDITION 5 /* call not valid in this state */
+#define CHUNKSERVE_STATUS_OUT_OF_RANGE 6        /* stream_next past the terminal event */
+#define CHUNKSERVE_STATUS_UNAVAILABLE 7         /* engine shut down; retryable elsewhere */
+#define CHUNKSERVE_STATUS_DEADLINE_EXCEEDED 8   /* stream_next timed out */
+#define CHUNKSERVE_STATUS_CANCELLED 9
+#define CHUNKSERVE_STATUS_INTERNAL 10           /* a bug in chunkserve */
+#define CHUNKSERVE_STATUS_UNIMPLEMENTED 11      /* not available in this build */
+#define CHUNKSERVE_STATUS_DATA_LOSS 12          /* corrupt or truncated model files */
+#define CHUNKSERVE_STATUS_ABORTED 13
+
+/* The stable upper-case name of a code ("INVALID_ARGUMENT"); "UNKNOWN" for other values. The
+ * string is static; never free it. */
+CHUNKSERVE_API const char* chunkserve_status_name(chunkserve_status_t status);
+
+/* ---- Error objects ------------------------------------------------------------------------- */
+
+/* An error: a status code and a UTF-8 message. Created by the library, owned by the caller. */
+typedef struct chunkserve_error chunkserve_error_t;
+
+/* The error's code; CHUNKSERVE_STATUS_OK when error is NULL. */
+CHUNKSERVE_API chunkserve_status_t chunkserve_error_code(const chunkserve_error_t* error);
+
+/* The error's message, NUL-terminated, owned by the error (valid until chunkserve_error_free).
+ * "" when error is NULL. */
+CHUNKSERVE_API const char* chunkserve_error_message(const chunkserve_error_t* error);
+
+/* Frees an error. NULL: no-op. */
+CHUNKSERVE_API void chunkserve_error_free(chunkserve_error_t* error);
+
+/* ---- Version queries ----------------------------------------------------------------------- */
+
+/* The library's release, "MAJOR.MINOR.PATCH" (static string). May be newer than the header's
+ * CHUNKSERVE_VERSION_* when the program runs against a later compatible library. */
+CHUNKSERVE_API const char* chunkserve_version(void);
+
+/* The library's ABI generation (CHUNKSERVE_ABI_VERSION it was built with). */
+CHUNKSERVE_API int32_t chunkserve_abi_version(void);
+
+/* ---- Enumerations (int32_t fields) --------------------------------------------------------- */
+
+/* Why a request ended (chunkserve_stream_event_t.finish_reason). Values equal
+ * chunkserve::FinishReason; unknown future values should be treated as CHUNKSERVE_FINISH_ERROR. */
+#define CHUNKSERVE_FINISH_STOP_TOKEN 0  /* a stop token was generated (it is in the stream) */
+#define CHUNKSERVE_FINISH_LENGTH 1      /* max_new_tokens generated, or the context is full */
+#define CHUNKSERVE_FINISH_CANCELLED 2   /* chunkserve_stream_cancel / chunkserve_engine_cancel */
+#define CHUNKSERVE_FINISH_DEADLINE 3    /* the request's deadline passed */
+#define CHUNKSERVE_FINISH_ERROR 4       /* the request failed; see the event's status */
+#define CHUNKSERVE_FINISH_UNAVAILABLE 5 /* the engine shut down or was destroyed; retryable */
+
+/* The name of a finish reason ("stop", "length", "cancelled", ...); static string. */
+CHUNKSERVE_API const char* chunkserve_finish_reason_name(int32_t finish_reason);
+
+/* Engine backends (chunkserve_engine_options_t.backend). */
+#define CHUNKSERVE_BACKEND_CPU 0
+#define CHUNKSERVE_BACKEND_CUDA 1 /* CHUNKSERVE_STATUS_UNIMPLEMENTED where not built */
+
+/* KV cache element types (chunkserve_engine_options_t.kv_dtype). */
+#define CHUNKSERVE_DTYPE_F32 0
+#define CHUNKSERVE_DTYPE_F16 1
+#define CHUNKSERVE_DTYPE_BF16 2
+
+/* Shutdown modes (chunkserve_engine_shutdown). */
+#define CHUNKSERVE_SHUTDOWN_DRAIN 0 /* stop admitting; finish every submitted request; then stop */
+#define CHUNKSERVE_SHUTDOWN_ABORT 1 /* end every request now with FINISH_UNAVAILABLE; then stop */
+
+/* Stream event kinds (chunkserve_stream_event_t.kind). */
+#define CHUNKSERVE_EVENT_TOKEN 0    /* one generated token */
+#define CHUNKSERVE_EVENT_FINISHED 1 /* the terminal event; nothing follows it */
+
+/* chunkserve_stream_next's timeout that never expires. */
+#define CHUNKSERVE_WAIT_FOREVER (-1)
+
+/* ---- Engine -------------------------------------------------------------------------------- */
+
+/* An in-process engine: one model replica, its KV cache and its step thread. Thread-safe. */
+typedef struct chunkserve_engine chunkserve_engine_t;
+
+/* Engine options. Fill with chunkserve_engine_options_init, then change what you need.
+ * Version 1 (chunkserve 0.1): 56 bytes on LP64. */
+typedef struct chunkserve_engine_options {
+  uint32_t struct_size;          /* sizeof(chunkserve_engine_options_t) the caller was built with */
+  int32_t backend;               /* CHUNKSERVE_BACKEND_*; default CPU */
+  const char* model_path;        /* directory with config.json + safetensors, UTF-8, borrowed for
+                                    the call; NULL or "": the built-in tiny random-weight model
+                                    (vocab 1024), written to a temporary directory that the engine
+                                    removes when destroyed */
+  uint64_t kv_cache_bytes;       /* KV cache size; must hold >= 2 chunks. 0: default 256 MiB */
+  int32_t chunk_size;            /* tokens per KV chunk, 16..256. 0: default 64 */
+  int32_t kv_dtype;              /* CHUNKSERVE_DTYPE_*; default F32 */
+  int32_t enable_prefix_sharing; /* 1 (default): requests share cached prompt prefixes; 0: off */
+  int32_t num_threads;           /* CPU backend threads; 0 (default): hardware concurrency */
+  int32_t max_batch_size;        /* sequences per step, >= 1. 0: default 64 */
+  int32_t prefill_token_budget;  /* tokens per step (decode + prefill); 0: unlimited; default 512 */
+  int32_t max_queued_requests;   /* submit fails with RESOURCE_EXHAUSTED beyond it. 0: default
+                                    4096 */
+  int32_t reserved0;             /* must be 0 */
+} chunkserve_engine_options_t;
+
+/* Fills *options with the defaults and sets options->struct_size = struct_size. Pass
+ * sizeof(chunkserve_engine_options_t) as struct_size: the library writes only that many bytes, so
+ * this is safe against a newer library. Errors: INVALID_ARGUMENT (options NULL, struct_size out of
+ * range). */
+CHUNKSERVE_API chunkserve_status_t chunkserve_engine_options_init(
+    chunkserve_engine_options_t* options, uint32_t struct_size, chunkserve_error_t** out_error);
+
+/* Creates an engine and starts its step thread. options may be NULL (all defaults). On success
+ * *out_engine is a new engine the caller destroys with chunkserve_engine_destroy; on failure it is
+ * set to NULL. Blocks while the model loads (the built-in tiny model is first written out: tens
+ * of ms; a model directory is memory-mapped).
+ * Errors: INVALID_ARGUMENT (NULL out_engine, bad struct_size or field), NOT_FOUND / DATA_LOSS
+ * (model files), UNIMPLEMENTED (backend), UNAVAILABLE (I/O), RESOURCE_EXHAUSTED (memory). */
+CHUNKSERVE_API chunkserve_status_t chunkserve_engine_create(
+    const chunkserve_engine_options_t* options, chunkserve_engine_t** out_engine,
+    chunkserve_error_t** out_error);
+
+/* Stops the engine (if not already stopped) with CHUNKSERVE_SHUTDOWN_ABORT semantics, joins its
+ * step thread and frees it. Every request still running ends with CHUNKSERVE_FINISH_UNAVAILABLE
+ * (status UNAVAILABLE); streams stay valid and must still be destroyed by the caller. Blocks until
+ * the step thread has stopped, so it must not be called from a stream callback. NULL: no-op. */
+CHUNKSERVE_API void chunkserve_engine_destroy(chunkserve_engine_t* engine);
+
+/* Stops the engine; idempotent. CHUNKSERVE_SHUTDOWN_DRAIN blocks until every submitted request
+ * has finished; CHUNKSERVE_SHUTDOWN_ABORT ends them with FINISH_UNAVAILABLE. Afterwards submit
+ * fails with UNAVAILABLE while stats and cancel keep working. Must not be called from a stream
+ * callback. Errors: INVALID_ARGUMENT (NULL engine, unknown mode). */
+CHUNKSERVE_API chunkserve_status_t chunkserve_engine_shutdown(chunkserve_engine_t* engine,
+                                                              int32_t mode,
+                                                              chunkserve_error_t** out_error);
+
+/* Request options. Fill with chunkserve_request_options_init, then set the prompt.
+ * Version 1 (chunkserve 0.1): 72 bytes on LP64. */
+typedef struct chunkserve_request_options {
+  uint32_t struct_size;         /* sizeof(chunkserve_request_options_t) the caller was built with */
+  int32_t max_new_tokens;       /* >= 1; default 16 */
+  const int32_t* prompt_tokens; /* token ids in [0, vocab), borrowed for the submit call */
+  uint64_t num_prompt_tokens;   /* >= 1, shorter than the model's context */
+  const int32_t* stop_tokens;   /* generating one of these ends the request (FINISH_STOP_TOKEN);
+                                   borrowed for the call; may be NULL when num_stop_tokens is 0 */
+  uint64_t num_stop_tokens;
+  float temperature;            /* 0 (default): greedy; > 0: sample from softmax(logits / t) */
+  int32_t top_k;                /* 0 (default): no limit */
+  float top_p;                  /* (0, 1]; default 1 */
+  int32_t priority;             /* higher runs first and is preempted last; default 0 */
+  uint64_t seed;                /* sampling seed: equal requests + equal seeds = equal tokens */
+  uint64_t deadline_ms;         /* 0 (default): none; else the request ends with FINISH_DEADLINE
+                                   this many milliseconds after submit */
+} chunkserve_request_options_t;
+
+/* Fills *options with the defaults (empty prompt) and sets struct_size, as
+ * chunkserve_engine_options_init does. Errors: INVALID_ARGUMENT. */
+CHUNKSERVE_API chunkserve_status_t chunkserve_request_options_init(
+    chunkserve_request_options_t* options, uint32_t struct_size, chunkserve_error_t** out_error);
+
+/* A request's stream: its generated tokens, then one terminal event. */
+typedef struct chunkserve_stream chunkserve_stream_t;
+
+/* Validates and enqueues a request. The prompt and stop token arrays are copied; they may be
+ * freed when this returns. On success *out_stream is a new stream the caller destroys with
+ * chunkserve_stream_destroy; on failure it is set to NULL. Safe from any thread concurrently.
+ * Errors: INVALID_ARGUMENT (NULL arguments, bad struct_size, empty prompt, a token id outside
+ * [0, vocab), max_new_tokens < 1, bad sampling values, prompt longer than the context),
+ * RESOURCE_EXHAUSTED (queue full, or the request can never fit in the KV cache), UNAVAILABLE
+ * (the engine is shut down). */
+CHUNKSERVE_API chunkserve_status_t chunkserve_engine_submit(
+    chunkserve_engine_t* engine, const chunkserve_request_options_t* request,
+    chunkserve_stream_t** out_stream, chunkserve_error_t** out_error);
+
+/* Cancels the live request with that id (chunkserve_stream_id); its stream then ends with
+ * FINISH_CANCELLED unless it ended first. Errors: INVALID_ARGUMENT (NULL engine), NOT_FOUND (no
+ * live request has that id: unknown, or already finished). */
+CHUNKSERVE_API chunkserve_status_t chunkserve_engine_cancel(chunkserve_engine_t* engine,
+                                                            uint64_t request_id,
+                                                            chunkserve_error_t** out_error);
+
+/* Engine counters and gauges. The caller sets struct_size; the library fills the fields it
+ * covers. Version 1 (chunkserve 0.1): 160 bytes. */
+typedef struct chunkserve_engine_stats {
+  uint32_t struct_size;          /* set by the caller: sizeof(chunkserve_engine_stats_t) */
+  int32_t running;               /* sequences in the running batch at the last step */
+  /* Counters since creation. */
+  uint64_t requests_submitted;
+  uint64_t requests_finished;
+  uint64_t prompt_tokens;        /* prompt tokens of admitted requests */
+  uint64_t prefix_hit_tokens;    /* prompt tokens whose KV came from the prefix cache */
+  uint64_t prefill_tokens;       /* tokens run through prefill */
+  uint64_t generated_tokens;     /* tokens streamed out */
+  uint64_t steps;
+  uint64_t evicted_chunks;
+  uint64_t preemptions;
+  /* Gauges at the last step. */
+  int32_t queued;                /* submitted, not yet admitted */
+  int32_t last_batch_size;
+  uint64_t kv_bytes_used;        /* referenced + retained, shared chunks counted once */
+  uint64_t kv_bytes_referenced;  /* referenced by live sequences */
+  uint64_t kv_bytes_if_unshared; /* what live sequences would use without prefix sharing */
+  uint64_t kv_bytes_capacity;
+  uint64_t kv_bytes_peak;        /* max of kv_bytes_referenced over time */
+  int32_t chunks_total;
+  int32_t chunks_shared;         /* referenced by >= 2 live sequences */
+  int32_t chunks_retained;       /* unreferenced, kept for reuse */
+  int32_t reserved0;
+  /* Throughput over the last few seconds. */
+  double decode_tokens_per_s;
+  double prefill_tokens_per_s;
+} chunkserve_engine_stats_t;
+
+/* Fills *stats (struct_size set by the caller). Safe from any thread, also after shutdown.
+ * Errors: INVALID_ARGUMENT (NULL, bad struct_size). */
+CHUNKSERVE_API chunkserve_status_t chunkserve_engine_stats(chunkserve_engine_t* engine,
+                                                           chunkserve_engine_stats_t* stats,
+                                                           chunkserve_error_t** out_error);
+
+/* Facts about the served model, for building valid requests. The caller sets struct_size.
+ * Version 1 (chunkserve 0.1): 24 bytes. */
+typedef struct chunkserve_engine_info {
+  uint32_t struct_size;       /* set by the caller: sizeof(chunkserve_engine_info_t) */
+  int32_t vocab_size;         /* token ids are in [0, vocab_size) */
+  int32_t max_context;        /* prompt + generated tokens per request */
+  int32_t chunk_size;         /* tokens per KV chunk */
+  uint64_t model_fingerprint; /* equal for equal weights and config */
+} chunkserve_engine_info_t;
+
+/* Fills *info. Errors: INVALID_ARGUMENT (NULL, bad struct_size). */
+CHUNKSERVE_API chunkserve_status_t chunkserve_engine_info(chunkserve_engine_t* engine,
+                                                          chunkserve_engine_info_t* info,
+                                                          chunkserve_error_t** out_error);
+
+/* ---- Streams ------------------------------------------------------------------------------- */
+
+/* One event of a stream. Version 1 (chunkserve 0.1): 48 bytes on LP64. */
+typedef struct chunkserve_stream_event {
+  uint32_t struct_size;      /* next(): set by the caller; callbacks: the library's size */
+  int32_t kind;              /* CHUNKSERVE_EVENT_TOKEN or CHUNKSERVE_EVENT_FINISHED */
+  int32_t token;             /* TOKEN: the generated token id (FINISHED: -1) */
+  int32_t index;             /* TOKEN: 0-based position among the generated tokens (FINISHED: 0) */
+  int32_t finish_reason;     /* FINISHED: CHUNKSERVE_FINISH_* */
+  chunkserve_status_t status; /* FINISHED: OK, or why it failed (FINISH_ERROR / _UNAVAILABLE) */
+  int32_t prompt_tokens;     /* FINISHED: tokens in the prompt */
+  int32_t cached_tokens;     /* FINISHED: prompt tokens whose KV came from the prefix cache */
+  int32_t generated_tokens;  /* FINISHED: tokens streamed */
+  int32_t reserved0;
+  const char* error_message; /* FINISHED with status != OK: the message, else NULL. Owned by the
+                                library: valid until the stream is destroyed (next()) or until
+                                the callback returns (callbacks) */
+} chunkserve_stream_event_t;
+
+/* The stream's request id (for chunkserve_engine_cancel); ids start at 1. 0 when NULL. */
+CHUNKSERVE_API uint64_t chunkserve_stream_id(const chunkserve_stream_t* stream);
+
+/* Waits up to timeout_ms (0: just poll; CHUNKSERVE_WAIT_FOREVER: no limit) for the stream's next
+ * event and writes it to *event (the caller sets event->struct_size). Returns:
+ *   OK                  *event holds a TOKEN or the FINISHED event;
+ *   DEADLINE_EXCEEDED   the timeout passed without an event (try again);
+ *   OUT_OF_RANGE        the FINISHED event was already returned: the stream has ended;
+ *   FAILED_PRECONDITION a callback is set (a next() blocked when it was set returns this within
+ *                       about 100 ms);
+ *   INVALID_ARGUMENT    NULL stream or event, bad struct_size.
+ * Every request gets a FINISHED event, including after chunkserve_engine_destroy, so waiting
+ * forever terminates. Several threads may wait on one stream; each event goes to one of them. */
+CHUNKSERVE_API chunkserve_status_t chunkserve_stream_next(chunkserve_stream_t* stream,
+                                                          int64_t timeout_ms,
+                                                          chunkserve_stream_event_t* event,
+                                                          chunkserve_error_t** out_error);
+
+/* A stream callback: receives one event (valid only during the call) and the user_data given to
+ * chunkserve_stream_set_callback. */
+typedef void (*chunkserve_stream_callback_t)(const chunkserve_stream_event_t* event,
+                                             void* user_data);
+
+/* Delivers every event of the stream to callback(event, user_data) instead of chunkserve_stream_
+ * next, in order, starting with the events already queued (those are delivered on the calling
+ * thread before this returns). Later events are delivered on the engine's step thread: the
+ * callback must return quickly, must not block, and must not call chunkserve_stream_destroy on
+ * this stream nor chunkserve_engine_shutdown / chunkserve_engine_destroy (they would wait for
+ * the step thread, which is running the callback). It may call chunkserve_engine_submit and
+ * chunkserve_engine_cancel. Callback invocations for one stream never overlap. After
+ * chunkserve_stream_destroy returns, the callback is never invoked again (destroy waits for a
+ * running invocation), so user_data may then be freed. Set at most once.
+ * Errors: INVALID_ARGUMENT (NULL stream or callback), FAILED_PRECONDITION (already set). */
+CHUNKSERVE_API chunkserve_status_t chunkserve_stream_set_callback(
+    chunkserve_stream_t* stream, chunkserve_stream_callback_t callback, void* user_data,
+    chunkserve_error_t** out_error);
+
+/* Asks the engine to cancel the request; the FINISHED event (FINISH_CANCELLED, or whatever ended
+ * it first) still arrives through the stream, at the engine's next step. Idempotent; OK also
+ * after the stream finished (no effect) and after the engine was destroyed.
+ * Errors: INVALID_ARGUMENT (NULL stream). */
+CHUNKSERVE_API chunkserve_status_t chunkserve_stream_cancel(chunkserve_stream_t* stream,
+                                                            chunkserve_error_t** out_error);
+
+/* Frees the stream. A request still running is cancelled (its KV is released at the engine's
+ * next step). Safe while the engine runs and after it was destroyed. Must not overlap another
+ * call on this stream. NULL: no-op. */
+CHUNKSERVE_API void chunkserve_stream_destroy(chunkserve_stream_t* stream);
+
+/* ---- Remote client (added in chunkserve 0.1, after the engine) ----------------------------- */
+
+/* A connection to a remote chunkserve-router or chunkserve-worker (both speak the same client
+ * protocol, runtime/wire/chunkserve.capnp: Generate / Token / Finish / Cancel / Error). Requests
+ * submitted through it return the same chunkserve_stream_t as the in-process engine: next with a
+ * timeout, callbacks, cancel, id and destroy behave as documented above, with these differences:
+ *  - Validation that needs the model (token ids below the vocabulary size, prompt length against
+ *    the context) and admission (queue full, draining server) happen on the server. Such a
+ *    rejection does not fail chunkserve_client_submit; it ends the stream at once with
+ *    CHUNKSERVE_FINISH_ERROR and the server's status (INVALID_ARGUMENT, RESOURCE_EXHAUSTED for
+ *    "overloaded", ...) and message, or CHUNKSERVE_FINISH_UNAVAILABLE with status UNAVAILABLE
+ *    (retryable: the server drains or shuts down).
+ *  - When the connection fails or the server goes away, every live stream ends with
+ *    CHUNKSERVE_FINISH_UNAVAILABLE, status UNAVAILABLE and a message naming the server and the
+ *    cause; later submits fail with UNAVAILABLE. The client does not reconnect: destroy it and
+ *    create a new one (a request may be retried, e.g. through a router, since it is retryable).
+ *  - Stream callbacks run on the client's network thread (one per client) instead of an engine's
+ *    step thread; the same rules apply, and a callback must not call chunkserve_client_destroy.
+ *  - chunkserve_stream_id is the id the client gave the request (unique per client, from 1);
+ *    chunkserve_stream_cancel sends a Cancel and the FINISHED event (FINISH_CANCELLED, or
+ *    whatever ended the request first) arrives when the server answers; a server that does not
+ *    answer within 5 s gets the stream ended here with FINISH_CANCELLED, so cancelling never
+ *    leaves a stream waiting on an unresponsive server.
+ * Thread-safe: submit and cancel may be called from any number of threads at once. */
+typedef struct chunkserve_client chunkserve_client_t;
+
+/* Client options. Fill with chunkserve_client_options_init, then set host and port.
+ * Version 1 (chunkserve 0.1): 24 bytes on LP64. */
+typedef struct chunkserve_client_options {
+  uint32_t struct_size;          /* sizeof(chunkserve_client_options_t) the caller was built with */
+  int32_t port;                  /* TCP port of the router or worker, 1..65535; no default */
+  const char* host;              /* IPv4 / IPv6 address or host name, UTF-8, borrowed for the
+                                    create call; required, non-empty */
+  int32_t connect_timeout_ms;    /* bound on connecting, >= 0; 0: default 5000 (a host
+                                    name is resolved by the system resolver first) */
+  int32_t keepalive_interval_ms; /* a health probe is sent this often so that servers with an
+                                    idle deadline keep the connection; 0: default 5000; -1: off */
+} chunkserve_client_options_t;
+
+/* Fills *options with the defaults (no host, port 0) and sets struct_size, as
+ * chunkserve_engine_options_init does. Errors: INVALID_ARGUMENT. */
+CHUNKSERVE_API chunkserve_status_t chunkserve_client_options_init(
+    chunkserve_client_options_t* options, uint32_t struct_size, chunkserve_error_t** out_error);
+
+/* Resolves options->host, connects to it within connect_timeout_ms and starts the client's
+ * network thread. On success *out_client is a new client the caller destroys with
+ * chunkserve_client_destroy; on failure it is set to NULL.
+ * Errors: INVALID_ARGUMENT (NULL options or out_client, bad struct_size, empty host, port out of
+ * range, negative timeout), UNAVAILABLE (the host does not resolve, the connection is refused or
+ * does not complete within the timeout; the message says which). */
+CHUNKSERVE_API chunkserve_status_t chunkserve_client_create(
+    const chunkserve_client_options_t* options, chunkserve_client_t** out_client,
+    chunkserve_error_t** out_error);
+
+/* Closes the connection (the server cancels the client's requests), stops the network thread and
+ * frees the client. Every stream still live ends with CHUNKSERVE_FINISH_UNAVAILABLE (status
+ * UNAVAILABLE); streams stay valid and must still be destroyed by the caller. Must not be called
+ * from a stream callback. NULL: no-op. */
+CHUNKSERVE_API void chunkserve_client_destroy(chunkserve_client_t* client);
+
+/* Validates the request as far as possible without the model and sends it. The token arrays are
+ * copied. On success *out_stream is a new stream the caller destroys with
+ * chunkserve_stream_destroy; on failure it is set to NULL. Safe from any thread concurrently.
+ * Errors: INVALID_ARGUMENT (NULL arguments, bad struct_size, empty prompt, a negative token id,
+ * max_new_tokens < 1, bad sampling values, more than 4,000,000 prompt and stop tokens),
+ * RESOURCE_EXHAUSTED (the connection's send queue is full), UNAVAILABLE (not connected). */
+CHUNKSERVE_API chunkserve_status_t chunkserve_client_submit(
+    chunkserve_client_t* client, const chunkserve_request_options_t* request,
+    chunkserve_stream_t** out_stream, chunkserve_error_t** out_error);
+
+/* Cancels the live request with that id (chunkserve_stream_id of one of this client's streams);
+ * its stream then ends with FINISH_CANCELLED unless it ended first. Errors: INVALID_ARGUMENT
+ * (NULL client), NOT_FOUND (no live request of this client has that id). */
+CHUNKSERVE_API chunkserve_status_t chunkserve_client_cancel(chunkserve_client_t* client,
+                                                            uint64_t request_id,
+                                                            chunkserve_error_t** out_error);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* CHUNKSERVE_CHUNKSERVE_H_ */
