@@ -17,12 +17,20 @@
 //
 // An empty EngineOptions.ModelPath serves the built-in tiny random-weight model (vocab 1024).
 //
-// Building: cgo finds the header and the library through the usual variables, e.g.
+// Building: cgo finds the header and the library through pkg-config (`#cgo pkg-config:
+// chunkserve`, in link_pkgconfig.go), so an installed library needs nothing, or only
+// PKG_CONFIG_PATH for a prefix pkg-config does not search by default:
+//
+//	cmake --install <build> --prefix <prefix>
+//	PKG_CONFIG_PATH=<prefix>/lib/pkgconfig go test ./...
+//
+// The installed chunkserve.pc carries an rpath to its lib directory, so the programs run without
+// LD_LIBRARY_PATH. A build tree, not installed, is used the same way through its
+// chunkserve-uninstalled.pc, which pkg-config prefers: PKG_CONFIG_PATH=<build>/lib/pkgconfig.
+// Without pkg-config, build with -tags chunkserve_no_pkgconfig (which links plain -lchunkserve)
+// and give the paths in the usual variables, e.g.
 //
 //	CGO_CFLAGS="-I<src>/capi/include" CGO_LDFLAGS="-L<build>/lib -Wl,-rpath,<build>/lib"
-//
-// or, for an installed library, CGO_CFLAGS=$(pkg-config --cflags chunkserve) and
-// CGO_LDFLAGS=$(pkg-config --libs chunkserve).
 //
 // Errors returned by the engine are *Error values carrying a Code; compare them with errors.Is
 // against the Err* sentinels (errors.Is(err, chunkserve.ErrInvalidArgument)) or extract them with
@@ -30,7 +38,6 @@
 package chunkserve
 
 /*
-#cgo LDFLAGS: -lchunkserve
 #include <stdlib.h>
 #include <chunkserve/chunkserve.h>
 */

@@ -4,7 +4,7 @@
 // the same 64-token system prompt from four goroutines, prints their tokens as they arrive, and
 // reports how much of the prompts the prefix cache served. Ctrl-C cancels the requests.
 //
-//	CGO_CFLAGS=-I<src>/capi/include CGO_LDFLAGS="-L<build>/lib -Wl,-rpath,<build>/lib" go run .
+//	PKG_CONFIG_PATH=<build>/lib/pkgconfig go run .    (or <prefix>/lib/pkgconfig; nothing for /usr/local)
 package main
 
 import (
