@@ -1,6 +1,6 @@
 // Plain data shared by the CPU and CUDA attention kernels and by runtime/plan, which produces it.
 //
-// KV cache layout (one engine-wide arena, DESIGN.md section 3):
+// KV cache layout (one engine-wide arena; runtime/README.md "kvcache/"):
 //   K and V each: [num_layers][num_slots][num_kv_heads][chunk_size][head_dim] in kv dtype.
 // A slot holds one chunk of the prefix tree for every layer; one (slot, kv_head) block of one
 // layer is contiguous, chunk_size * head_dim elements. Chunk k of a sequence's path covers token

@@ -1,4 +1,4 @@
-// Tensor parallelism in the worker process (DESIGN.md section 6; runtime/parallel).
+// Tensor parallelism in the worker process (runtime/parallel; worker/README.md).
 //
 // `chunkserve-worker --tp N` makes the worker rank 0 of a group of N ranks on this machine: CPU
 // ranks over Gloo, or with `--backend cuda` GPU ranks over NCCL (rank r on CUDA device r).

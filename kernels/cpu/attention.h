@@ -1,4 +1,4 @@
-// CPU decode and prefill attention over the chunked KV arena (DESIGN.md section 4).
+// CPU decode and prefill attention over the chunked KV arena (kernels/README.md).
 //
 // Three kernels read the arena described in kernels/attention_params.h (one layer's KvCacheView):
 //

@@ -1,4 +1,4 @@
-// CUDA decode and prefill attention over the chunked KV arena (DESIGN.md section 4).
+// CUDA decode and prefill attention over the chunked KV arena (kernels/README.md).
 //
 // The arena layout is kernels/attention_params.h's (one layer: K and V each
 // [num_slots, num_kv_heads, chunk_size, head_dim]), in device memory. Queries and outputs are in

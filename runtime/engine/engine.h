@@ -111,7 +111,7 @@ struct EngineStats {
   double prefill_tokens_per_s = 0.0;
 };
 
-// KV events (DESIGN.md section 6, runtime/kvcache/kv_events.h): which full-chunk hashes the
+// KV events (runtime/kvcache/kv_events.h; router/README.md): which full-chunk hashes the
 // engine's prefix tree holds. Sequence numbers start at 1 and increase by one per event, so a
 // subscriber detects loss by a gap.
 struct KvEvent {

@@ -1,6 +1,6 @@
 // KV events: which full-chunk hashes a prefix tree holds, reported as they come and go.
 //
-// These become the KV events a worker sends to the router (DESIGN.md section 6): the router's
+// These become the KV events a worker sends to the router (runtime/README.md "wire/"): the router's
 // prefix index learns which worker holds which prefixes from them. Hashes are the chained chunk
 // hashes of runtime/kvcache/chunk_hash.h.
 //

@@ -1,7 +1,7 @@
 // PrefixTree indexes an engine's KV cache: a trie whose nodes are chunks of up to chunk_size
 // tokens, over a fixed pool of KV slots. Sequences whose prompts share a prefix share the chunks
 // on that path, and with them the K/V the engine stores in each chunk's slot (one slot holds a
-// chunk's K and V for every layer; DESIGN.md section 3, kernels/attention_params.h).
+// chunk's K and V for every layer; runtime/README.md "kvcache/", kernels/attention_params.h).
 //
 // Vocabulary. A *sequence* (SeqId) is a live request (or one sample of it after Fork); its *path*
 // is the list of chunks from the root that spell its tokens. A chunk is *full* when it holds

@@ -1,5 +1,5 @@
-// Tensor-parallel sharding of a Llama-family model (DESIGN.md section 6): which slice of each
-// weight rank r of T holds. Megatron-style: attention is split by heads, the MLP by its
+// Tensor-parallel sharding of a Llama-family model (runtime/README.md "parallel/"): which slice
+// of each weight rank r of T holds. Megatron-style: attention is split by heads, the MLP by its
 // intermediate columns, so each rank's attention and MLP run without communication and one
 // all-reduce after each of the o and down projections sums the partial outputs.
 //

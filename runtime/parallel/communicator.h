@@ -1,4 +1,4 @@
-// Communicator: the collectives a tensor-parallel group needs (DESIGN.md section 6).
+// Communicator: the collectives a tensor-parallel group needs (runtime/README.md "parallel/").
 //
 //   Status s = comm->AllReduceSum(hidden, Deadline::After(timeout));   // every rank, same order
 //

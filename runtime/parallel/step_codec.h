@@ -1,7 +1,7 @@
-// The messages rank 0 sends its tensor-parallel followers (DESIGN.md section 6): each engine
-// step's descriptor (the StepBatch: tokens, positions, KV slots and offsets, prefill segments
-// with their chunk paths, KV copy ops and the TPP decode plan), the group's init message, and
-// the control messages (heartbeat, shutdown). The prefix tree and the scheduler live on rank 0
+// The messages rank 0 sends its tensor-parallel followers (runtime/README.md "parallel/"): each
+// engine step's descriptor (the StepBatch: tokens, positions, KV slots and offsets, prefill
+// segments with their chunk paths, KV copy ops and the TPP decode plan), the group's init
+// message, and the control messages (heartbeat, shutdown). The prefix tree and the scheduler live on rank 0
 // only; followers run exactly the plan they are sent.
 //
 // Encoding: a flat array of little-endian int32 (hosts of one group share endianness), counts

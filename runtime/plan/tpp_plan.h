@@ -1,4 +1,4 @@
-// TppPlan: the two-phase-partition work lists of one decode batch (DESIGN.md section 4), built
+// TppPlan: the two-phase-partition work lists of one decode batch (kernels/README.md), built
 // from the prefix tree and handed to the kernels as a kernels::TppPlanView.
 //
 // Rows. The plan orders the batch itself, in the tree's DFS order (PrefixTree::GroupBatch), so

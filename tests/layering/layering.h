@@ -1,4 +1,4 @@
-// Layering check: enforces DESIGN.md's dependency table on #include lines.
+// Layering check: enforces README.md's dependency table on #include lines.
 //
 // Every source file under the fixed top-level folders is scanned; each #include is classified
 // (a project folder such as "runtime/kvcache", or a third-party family such as "cuda" or "capnp")

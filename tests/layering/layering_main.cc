@@ -1,4 +1,4 @@
-// chunkserve-layering-check ROOT: prints every include that breaks DESIGN.md's dependency table
+// chunkserve-layering-check ROOT: prints every include that breaks README.md's dependency table
 // and exits 1 when there is one, 0 when the tree is clean, 2 on bad usage.
 #include <filesystem>
 #include <iostream>
