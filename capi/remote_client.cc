@@ -14,6 +14,7 @@
 
 #include "runtime/base/finish_reason.h"
 #include "runtime/wire/auth.h"
+#include "runtime/wire/client_protocol.h"
 #include "runtime/wire/connection.h"
 #include "runtime/wire/framing.h"
 
@@ -78,23 +79,10 @@ std::vector<uint8_t> HealthFrame() {
   return Encode(builder);
 }
 
-std::vector<uint8_t> CancelFrame(uint64_t id) {
-  capnp::MallocMessageBuilder builder;
-  builder.initRoot<Envelope>().initCancel().setRequestId(id);
-  return Encode(builder);
-}
-
 StatusCode FromWire(wire::schema::ErrorCode code) {
   const auto v = static_cast<uint16_t>(code);
   return v <= static_cast<uint16_t>(StatusCode::kUnauthenticated) ? static_cast<StatusCode>(v)
                                                           : StatusCode::kInternal;
-}
-
-FinishReason FromWire(wire::schema::FinishReason reason) {
-  const auto v = static_cast<uint16_t>(reason);
-  // Consumers treat an unknown reason as an error (schema rule).
-  return v <= static_cast<uint16_t>(FinishReason::kUnavailable) ? static_cast<FinishReason>(v)
-                                                                : FinishReason::kError;
 }
 
 // Removes and returns every live request and marks the core down (network thread, or after it
@@ -158,7 +146,7 @@ void EndLocally(ClientCore& c, uint64_t id, FinishReason reason, const Status& e
     if (it == c.live.end()) return;
     l = std::move(it->second);
     c.live.erase(it);
-    if (tell_server && c.connection != nullptr) (void)c.connection->SendBytes(CancelFrame(id));
+    if (tell_server && c.connection != nullptr) (void)c.connection->SendBytes(wire::EncodeCancel(id));
   }
   sched::FinishInfo info;
   info.reason = reason;
@@ -219,7 +207,7 @@ void ArmCancelGrace(ClientCore& c, uint64_t id) {
 // Any thread: sends a Cancel for a live request and arms its grace timer. Called with c.mu held.
 void SendCancelLocked(ClientCore& c, uint64_t id) {
   if (c.connection == nullptr) return;
-  (void)c.connection->SendBytes(CancelFrame(id));
+  (void)c.connection->SendBytes(wire::EncodeCancel(id));
   asio::post(c.io, [&c, id] { ArmCancelGrace(c, id); });
 }
 
@@ -262,42 +250,43 @@ void OnMessage(ClientCore& c, wire::DecodedMessage& message) {
   Envelope::Reader root = message.root();
   switch (root.which()) {
     case Envelope::TOKEN: {
-      auto t = root.getToken();
+      Result<wire::TokenMessage> t = wire::DecodeToken(root.getToken());
+      if (!t.ok()) return;  // not a token id of any model: nothing to deliver
       std::shared_ptr<sched::RequestStream> stream;
       {
         std::lock_guard<std::mutex> lock(c.mu);
-        auto it = c.live.find(t.getRequestId());
+        auto it = c.live.find(t->request_id);
         if (it == c.live.end()) return;  // forgotten (stream destroyed) or unknown
         ++it->second.generated;
         stream = it->second.stream;
       }
-      stream->PushToken(static_cast<TokenId>(t.getToken()), t.getIndex());
+      stream->PushToken(t->token, t->index);
       return;
     }
     case Envelope::FINISH: {
-      auto f = root.getFinish();
+      const wire::FinishMessage f = wire::DecodeFinish(root.getFinish());
       ClientCore::Live l;
       {
         std::lock_guard<std::mutex> lock(c.mu);
-        auto it = c.live.find(f.getRequestId());
+        auto it = c.live.find(f.request_id);
         if (it == c.live.end()) return;
         l = std::move(it->second);
         c.live.erase(it);
       }
-      DisarmCancelGrace(c, f.getRequestId());
-      DisarmDeadline(c, f.getRequestId());
+      DisarmCancelGrace(c, f.request_id);
+      DisarmDeadline(c, f.request_id);
       sched::FinishInfo info;
-      info.reason = FromWire(f.getReason());
-      info.prompt_tokens = f.getPromptTokens();
-      info.cached_tokens = f.getCachedTokens();
-      info.generated_tokens = f.getGeneratedTokens();
+      info.reason = f.reason;
+      info.prompt_tokens = f.prompt_tokens;
+      info.cached_tokens = f.cached_tokens;
+      info.generated_tokens = f.generated_tokens;
       if (info.reason == FinishReason::kError || info.reason == FinishReason::kUnavailable) {
-        StatusCode code = FromWire(f.getErrorCode());
+        StatusCode code = f.error.code();
         if (code == StatusCode::kOk) {
           code = info.reason == FinishReason::kError ? StatusCode::kInternal
                                                      : StatusCode::kUnavailable;
         }
-        const std::string text = f.getErrorMessage().cStr();
+        const std::string text(f.error.message());
         info.error = Status(code, c.peer + ": " + (text.empty() ? "request failed" : text));
       }
       l.stream->PushFinish(info);
@@ -598,26 +587,16 @@ Result<std::shared_ptr<sched::RequestStream>> RemoteClient::Submit(const RemoteR
     if (c.connection == nullptr) return NotConnected(c);
     id = c.next_id++;
   }
-  capnp::MallocMessageBuilder builder;
-  auto g = builder.initRoot<Envelope>().initGenerate();
-  g.setRequestId(id);
-  auto prompt = g.initPrompt(static_cast<unsigned>(r.prompt.size()));
-  for (size_t i = 0; i < r.prompt.size(); ++i) {
-    prompt.set(static_cast<unsigned>(i), static_cast<uint32_t>(r.prompt[i]));
-  }
-  auto sampling = g.initSampling();
-  sampling.setTemperature(r.sampling.temperature);
-  sampling.setTopK(r.sampling.top_k);
-  sampling.setTopP(r.sampling.top_p);
-  sampling.setSeed(r.sampling.seed);
-  g.setMaxNewTokens(r.max_new_tokens);
-  auto stops = g.initStopTokens(static_cast<unsigned>(r.stop_tokens.size()));
-  for (size_t i = 0; i < r.stop_tokens.size(); ++i) {
-    stops.set(static_cast<unsigned>(i), static_cast<uint32_t>(r.stop_tokens[i]));
-  }
-  g.setDeadlineMs(request.deadline_ms);
-  g.setPriority(r.priority);
-  CHUNKSERVE_ASSIGN_OR_RETURN(std::vector<uint8_t> frame, wire::EncodeFrame(builder));
+  std::vector<uint8_t> frame = wire::EncodeGenerate(
+      {.request_id = id,
+       .prompt = r.prompt,
+       .sampling = wire::SamplingMessage{r.sampling.temperature, r.sampling.top_k,
+                                         r.sampling.top_p, r.sampling.seed},
+       .max_new_tokens = r.max_new_tokens,
+       .stop_tokens = r.stop_tokens,
+       .deadline_ms = request.deadline_ms,
+       .priority = r.priority});
+  if (frame.empty()) return Status::Internal("cannot encode the request");
 
   auto stream = std::make_shared<sched::RequestStream>(RequestId(id));
   std::lock_guard<std::mutex> lock(c.mu);
@@ -659,7 +638,7 @@ void CoreCancel(ClientCore& c, uint64_t request_id) {
 void CoreForget(ClientCore& c, uint64_t request_id) {
   std::lock_guard<std::mutex> lock(c.mu);
   if (c.live.erase(request_id) != 0 && c.connection != nullptr) {
-    (void)c.connection->SendBytes(CancelFrame(request_id));
+    (void)c.connection->SendBytes(wire::EncodeCancel(request_id));
   }
 }
 

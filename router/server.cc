@@ -15,6 +15,7 @@
 
 #include "runtime/base/logging.h"
 #include "runtime/kvcache/chunk_hash.h"
+#include "runtime/wire/client_protocol.h"
 #include "runtime/wire/framing.h"
 #include "runtime/wire/http_probe.h"
 #include "runtime/wire/listen.h"
@@ -25,7 +26,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using wire::schema::Envelope;
-using WireFinish = wire::schema::FinishReason;
 
 RouterTime Now() { return Clock::now().time_since_epoch(); }
 
@@ -48,18 +48,14 @@ struct Pending {
   uint64_t client_connection = 0;
   uint64_t client_request_id = 0;
   std::vector<TokenId> prompt;
-  bool has_sampling = false;
-  float temperature = 0;
-  int32_t top_k = 0;
-  float top_p = 1;
-  uint64_t seed = 0;
+  std::optional<wire::SamplingMessage> sampling;  // absent: greedy
   int32_t max_new_tokens = 16;
-  std::vector<uint32_t> stop_tokens;
+  std::vector<TokenId> stop_tokens;
   bool has_deadline = false;
   Clock::time_point deadline;
   int32_t priority = 0;
 
-  std::vector<uint32_t> sent;  // tokens streamed to the client so far (all legs)
+  std::vector<TokenId> sent;  // tokens streamed to the client so far (all legs)
   WorkerId worker;             // current leg's worker
   uint64_t upstream = 0;       // current leg's request id on the worker link; 0 = none
   bool leg_started = false;    // current leg produced its first token
@@ -172,7 +168,7 @@ class Server final : public RouterServer {
     for (auto& p : all) {
       CancelUpstream(*p);
       EndLeg(*p);
-      FinishToClient(*p, WireFinish::UNAVAILABLE, Status::Unavailable("router shutting down"), 0);
+      FinishToClient(*p, FinishReason::kUnavailable, Status::Unavailable("router shutting down"), 0);
     }
     shutdown_timer_.expires_after(std::chrono::milliseconds(200));  // let frames flush
     shutdown_timer_.async_wait([this, done = std::move(done)](const asio::error_code&) {
@@ -664,7 +660,7 @@ class Server final : public RouterServer {
         deadline_ended_++;
         CancelUpstream(*p);
         EndLeg(*p);
-        FinishToClient(*p, WireFinish::DEADLINE, Status::DeadlineExceeded("deadline passed"), 0);
+        FinishToClient(*p, FinishReason::kDeadline, Status::DeadlineExceeded("deadline passed"), 0);
       }
       for (auto& p : slow) {
         first_token_timeouts_++;
@@ -691,34 +687,21 @@ class Server final : public RouterServer {
     if (peer.requests.count(rid) != 0) {
       return reject(Status::AlreadyExists("request id already in flight on this connection"));
     }
-    if (g.getPrompt().size() == 0) return reject(Status::InvalidArgument("empty prompt"));
-    if (g.getMaxNewTokens() < 1)
-      return reject(Status::InvalidArgument("maxNewTokens must be >= 1"));
+    Result<wire::GenerateMessage> decoded = wire::DecodeGenerate(g);
+    if (!decoded.ok()) return reject(decoded.status());
+    wire::GenerateMessage& m = decoded.value();
     auto p = std::make_shared<Pending>();
     p->client_connection = peer.connection->id();
     p->client_request_id = rid;
     p->received = Clock::now();
-    p->prompt.reserve(g.getPrompt().size());
-    for (uint32_t t : g.getPrompt()) {
-      if (t > static_cast<uint32_t>(INT32_MAX)) {
-        return reject(Status::InvalidArgument("token id out of range"));
-      }
-      p->prompt.push_back(static_cast<TokenId>(t));
-    }
-    for (uint32_t t : g.getStopTokens()) p->stop_tokens.push_back(t);
-    if (g.hasSampling()) {
-      auto s = g.getSampling();
-      p->has_sampling = true;
-      p->temperature = s.getTemperature();
-      p->top_k = s.getTopK();
-      p->top_p = s.getTopP();
-      p->seed = s.getSeed();
-    }
-    p->max_new_tokens = g.getMaxNewTokens();
-    p->priority = g.getPriority();
-    if (g.getDeadlineMs() > 0) {
+    p->prompt = std::move(m.prompt);
+    p->stop_tokens = std::move(m.stop_tokens);
+    p->sampling = m.sampling;
+    p->max_new_tokens = m.max_new_tokens;
+    p->priority = m.priority;
+    if (m.deadline_ms > 0) {
       p->has_deadline = true;
-      p->deadline = p->received + std::chrono::milliseconds(g.getDeadlineMs());
+      p->deadline = p->received + std::chrono::milliseconds(m.deadline_ms);
     }
     prompt_tokens_total_ += p->prompt.size();
     peer.requests[rid] = p;
@@ -729,18 +712,18 @@ class Server final : public RouterServer {
   void Dispatch(const std::shared_ptr<Pending>& p) {
     if (p->done) return;
     if (p->cancelled || p->client_gone) {
-      FinishToClient(*p, WireFinish::CANCELLED, Status::Ok(), 0);
+      FinishToClient(*p, FinishReason::kCancelled, Status::Ok(), 0);
       return;
     }
     if (!p->sent.empty() && std::find(p->stop_tokens.begin(), p->stop_tokens.end(),
                                       p->sent.back()) != p->stop_tokens.end()) {
       // The stop token reached the client; only the Finish was lost with the worker.
-      FinishToClient(*p, WireFinish::STOP_TOKEN, Status::Ok(), 0);
+      FinishToClient(*p, FinishReason::kStopToken, Status::Ok(), 0);
       return;
     }
     const int32_t remaining = p->max_new_tokens - static_cast<int32_t>(p->sent.size());
     if (remaining <= 0) {  // every token arrived; only the Finish was lost with the worker
-      FinishToClient(*p, WireFinish::LENGTH, Status::Ok(), 0);
+      FinishToClient(*p, FinishReason::kLength, Status::Ok(), 0);
       return;
     }
     int32_t deadline_ms = 0;
@@ -748,7 +731,7 @@ class Server final : public RouterServer {
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(p->deadline - Clock::now());
       if (left.count() <= 0) {
-        FinishToClient(*p, WireFinish::DEADLINE, Status::DeadlineExceeded("deadline passed"), 0);
+        FinishToClient(*p, FinishReason::kDeadline, Status::DeadlineExceeded("deadline passed"), 0);
         return;
       }
       deadline_ms = static_cast<int32_t>(std::min<int64_t>(left.count(), INT32_MAX));
@@ -763,7 +746,7 @@ class Server final : public RouterServer {
       return;
     }
     std::vector<TokenId> full = p->prompt;
-    for (uint32_t t : p->sent) full.push_back(static_cast<TokenId>(t));
+    full.insert(full.end(), p->sent.begin(), p->sent.end());
     Result<RoutingRequest> rr = MakeRoutingRequest(membership_.chain_seed(),
                                                    membership_.model().chunk_size, full, remaining);
     if (!rr.ok()) {
@@ -802,28 +785,15 @@ class Server final : public RouterServer {
       Dispatch(p);
       return;
     }
-    capnp::MallocMessageBuilder builder;
-    auto g = builder.initRoot<Envelope>().initGenerate();
-    g.setRequestId(up);
-    auto prompt = g.initPrompt(static_cast<unsigned>(full.size()));
-    for (size_t i = 0; i < full.size(); ++i) {
-      prompt.set(static_cast<unsigned>(i), static_cast<uint32_t>(full[i]));
-    }
-    if (p->has_sampling) {
-      auto s = g.initSampling();
-      s.setTemperature(p->temperature);
-      s.setTopK(p->top_k);
-      s.setTopP(p->top_p);
-      s.setSeed(p->seed);
-    }
-    g.setMaxNewTokens(remaining);
-    auto stop = g.initStopTokens(static_cast<unsigned>(p->stop_tokens.size()));
-    for (size_t i = 0; i < p->stop_tokens.size(); ++i) {
-      stop.set(static_cast<unsigned>(i), p->stop_tokens[i]);
-    }
-    g.setDeadlineMs(static_cast<uint32_t>(deadline_ms));
-    g.setPriority(p->priority);
-    if (!wit->second.data->Send(builder).ok()) {
+    const std::vector<uint8_t> frame =
+        wire::EncodeGenerate({.request_id = up,
+                              .prompt = full,
+                              .sampling = p->sampling,
+                              .max_new_tokens = remaining,
+                              .stop_tokens = p->stop_tokens,
+                              .deadline_ms = static_cast<uint32_t>(deadline_ms),
+                              .priority = p->priority});
+    if (!wit->second.data->SendBytes(frame).ok()) {
       (void)core_->OnFinished(RequestId(up));
       p->refused.insert(d.worker);
       Dispatch(p);
@@ -876,9 +846,7 @@ class Server final : public RouterServer {
     if (p.upstream == 0) return;
     auto wit = workers_.find(p.worker);
     if (wit == workers_.end() || !wit->second.data) return;
-    capnp::MallocMessageBuilder builder;
-    builder.initRoot<Envelope>().initCancel().setRequestId(p.upstream);
-    (void)wit->second.data->Send(builder);
+    (void)wit->second.data->SendBytes(wire::EncodeCancel(p.upstream));
   }
 
   Peer* ClientOf(const Pending& p) {
@@ -900,26 +868,23 @@ class Server final : public RouterServer {
       return;
     }
     FinishToClient(p,
-                   wire::IsRetryable(status.code()) ? WireFinish::UNAVAILABLE : WireFinish::ERROR,
+                   wire::IsRetryable(status.code()) ? FinishReason::kUnavailable : FinishReason::kError,
                    status, 0);
   }
 
-  void FinishToClient(Pending& p, WireFinish reason, const Status& error, int32_t cached) {
+  void FinishToClient(Pending& p, FinishReason reason, const Status& error, int32_t cached) {
     if (p.done) return;
     p.done = true;
     requests_finished_++;
     Peer* c = ClientOf(p);
     if (c == nullptr) return;
-    capnp::MallocMessageBuilder builder;
-    auto f = builder.initRoot<Envelope>().initFinish();
-    f.setRequestId(p.client_request_id);
-    f.setReason(reason);
-    f.setErrorCode(wire::ToWireErrorCode(error.code()));
-    f.setErrorMessage(std::string(error.message()));
-    f.setPromptTokens(static_cast<int32_t>(p.prompt.size()));
-    f.setCachedTokens(cached);
-    f.setGeneratedTokens(static_cast<int32_t>(p.sent.size()));
-    (void)c->connection->SendBytes(wire::EncodeOrEmpty(builder));
+    (void)c->connection->SendBytes(
+        wire::EncodeFinish({.request_id = p.client_request_id,
+                            .reason = reason,
+                            .error = error,
+                            .prompt_tokens = static_cast<int32_t>(p.prompt.size()),
+                            .cached_tokens = cached,
+                            .generated_tokens = static_cast<int32_t>(p.sent.size())}));
     c->requests.erase(p.client_request_id);
   }
 
@@ -927,10 +892,14 @@ class Server final : public RouterServer {
     Envelope::Reader root = message.root();
     switch (root.which()) {
       case Envelope::TOKEN:
-        OnUpstreamToken(root.getToken());
+        if (Result<wire::TokenMessage> t = wire::DecodeToken(root.getToken()); t.ok()) {
+          OnUpstreamToken(t.value());
+        } else {
+          LOG(WARNING) << "worker " << worker << " sent a bad token: " << t.status();
+        }
         break;
       case Envelope::FINISH:
-        OnUpstreamFinish(worker, root.getFinish());
+        OnUpstreamFinish(worker, wire::DecodeFinish(root.getFinish()));
         break;
       case Envelope::ERROR:
         OnUpstreamError(worker, root.getError());
@@ -945,8 +914,8 @@ class Server final : public RouterServer {
     return it == upstream_.end() ? nullptr : it->second;
   }
 
-  void OnUpstreamToken(wire::schema::Token::Reader t) {
-    std::shared_ptr<Pending> p = FindUpstream(t.getRequestId());
+  void OnUpstreamToken(const wire::TokenMessage& t) {
+    std::shared_ptr<Pending> p = FindUpstream(t.request_id);
     if (!p || p->done) return;
     if (!p->leg_started) {
       p->leg_started = true;
@@ -957,36 +926,30 @@ class Server final : public RouterServer {
     }
     if (p->client_gone) return;
     const auto index = static_cast<int32_t>(p->sent.size());
-    p->sent.push_back(t.getToken());
+    p->sent.push_back(t.token);
     generated_tokens_total_++;
     Peer* c = ClientOf(*p);
     if (c == nullptr) return;
-    capnp::MallocMessageBuilder builder;
-    auto token = builder.initRoot<Envelope>().initToken();
-    token.setRequestId(p->client_request_id);
-    token.setToken(t.getToken());
-    token.setIndex(index);
-    if (!c->connection->SendBytes(wire::EncodeOrEmpty(builder)).ok()) {
+    if (!c->connection->SendBytes(wire::EncodeToken({p->client_request_id, t.token, index})).ok()) {
       // The client does not keep up: stop generating for it.
       p->cancelled = true;
       CancelUpstream(*p);
     }
   }
 
-  void OnUpstreamFinish(WorkerId worker, wire::schema::Finish::Reader f) {
-    std::shared_ptr<Pending> p = FindUpstream(f.getRequestId());
+  void OnUpstreamFinish(WorkerId worker, const wire::FinishMessage& f) {
+    std::shared_ptr<Pending> p = FindUpstream(f.request_id);
     if (!p) return;
-    const int32_t cached = std::max(0, f.getCachedTokens());
-    const bool reroute =
-        f.getReason() == WireFinish::UNAVAILABLE && !p->cancelled && !p->client_gone;
+    const int32_t cached = std::max(0, f.cached_tokens);
+    const bool reroute = f.reason == FinishReason::kUnavailable && !p->cancelled && !p->client_gone;
     // A re-routed leg's report does not count (the request is not done), nor does a leg
     // cancelled before its prefill (the worker never looked its prompt up).
     std::optional<int64_t> reported;
-    if (!reroute && (p->leg_started || f.getReason() != WireFinish::CANCELLED)) reported = cached;
+    if (!reroute && (p->leg_started || f.reason != FinishReason::kCancelled)) reported = cached;
     EndLeg(*p, reported);
-    if (reroute || f.getReason() == WireFinish::ERROR) {
+    if (reroute || f.reason == FinishReason::kError) {
       ApplyLiveness(liveness_.OnLegFailed(worker, Now()));
-    } else if (f.getReason() == WireFinish::LENGTH || f.getReason() == WireFinish::STOP_TOKEN) {
+    } else if (f.reason == FinishReason::kLength || f.reason == FinishReason::kStopToken) {
       ApplyLiveness(liveness_.OnLegSucceeded(worker));
     }
     if (reroute) {
@@ -994,24 +957,19 @@ class Server final : public RouterServer {
       MoveElsewhere(p, worker);
       return;
     }
-    const int32_t prompt_tokens = std::max(0, f.getPromptTokens());
+    const int32_t prompt_tokens = std::max(0, f.prompt_tokens);
     if (const Member* m = membership_.Find(worker)) {
       NameStats& ns = name_stats_[m->registration.name];
       ns.finished++;
       ns.prompt_tokens += static_cast<uint64_t>(prompt_tokens);
       ns.cached_tokens += static_cast<uint64_t>(cached);
-      ns.generated_tokens += static_cast<uint64_t>(std::max(0, f.getGeneratedTokens()));
+      ns.generated_tokens += static_cast<uint64_t>(std::max(0, f.generated_tokens));
     }
     cached_tokens_total_ += static_cast<uint64_t>(cached);
     worker_prompt_tokens_total_ += static_cast<uint64_t>(prompt_tokens);
-    const Status error =
-        f.getErrorCode() == wire::schema::ErrorCode::OK
-            ? Status::Ok()
-            : Status(static_cast<StatusCode>(f.getErrorCode()), f.getErrorMessage().cStr());
     // Cached tokens are reported against the original prompt (a migrated leg's prompt is
     // longer: its extra tokens are not prompt tokens to the client).
-    FinishToClient(*p, f.getReason(), error,
-                   std::min(cached, static_cast<int32_t>(p->prompt.size())));
+    FinishToClient(*p, f.reason, f.error, std::min(cached, static_cast<int32_t>(p->prompt.size())));
   }
 
   void OnUpstreamError(WorkerId worker, wire::schema::Error::Reader e) {
@@ -1029,7 +987,7 @@ class Server final : public RouterServer {
       return;
     }
     if (p->cancelled || p->client_gone) {
-      FinishToClient(*p, WireFinish::CANCELLED, Status::Ok(), 0);
+      FinishToClient(*p, FinishReason::kCancelled, Status::Ok(), 0);
       return;
     }
     Fail(*p, Status(static_cast<StatusCode>(e.getCode()), e.getMessage().cStr()));

@@ -16,6 +16,7 @@
 
 #include "runtime/base/logging.h"
 #include "runtime/kvcache/chunk_hash.h"
+#include "runtime/wire/client_protocol.h"
 #include "runtime/wire/framing.h"
 #include "runtime/wire/http_probe.h"
 #include "runtime/wire/listen.h"
@@ -202,33 +203,26 @@ class Server final : public WorkerServer {
       reject(Status::AlreadyExists("request id already in flight on this connection"));
       return;
     }
+    Result<wire::GenerateMessage> decoded = wire::DecodeGenerate(g);
+    if (!decoded.ok()) {
+      reject(decoded.status());
+      return;
+    }
+    wire::GenerateMessage& m = decoded.value();
     sched::RequestOptions r;
-    r.prompt.reserve(g.getPrompt().size());
-    for (uint32_t t : g.getPrompt()) {
-      if (t > static_cast<uint32_t>(INT32_MAX)) {
-        reject(Status::InvalidArgument("token id out of range"));
-        return;
-      }
-      r.prompt.push_back(static_cast<TokenId>(t));
+    r.prompt = std::move(m.prompt);
+    r.stop_tokens = std::move(m.stop_tokens);
+    if (m.sampling) {
+      r.sampling.temperature = m.sampling->temperature;
+      r.sampling.top_k = m.sampling->top_k;
+      r.sampling.top_p = m.sampling->top_p;
+      r.sampling.seed = m.sampling->seed;
     }
-    for (uint32_t t : g.getStopTokens()) {
-      if (t > static_cast<uint32_t>(INT32_MAX)) {
-        reject(Status::InvalidArgument("stop token id out of range"));
-        return;
-      }
-      r.stop_tokens.push_back(static_cast<TokenId>(t));
-    }
-    if (g.hasSampling()) {
-      auto s = g.getSampling();
-      r.sampling.temperature = s.getTemperature();
-      r.sampling.top_k = s.getTopK();
-      r.sampling.top_p = s.getTopP();
-      r.sampling.seed = s.getSeed();
-    }
-    r.max_new_tokens = g.getMaxNewTokens();
-    r.priority = g.getPriority();
+    r.max_new_tokens = m.max_new_tokens;
+    r.priority = m.priority;
     const auto received = Clock::now();
-    if (g.getDeadlineMs() > 0) r.deadline = received + std::chrono::milliseconds(g.getDeadlineMs());
+    if (m.deadline_ms > 0) r.deadline = received + std::chrono::milliseconds(m.deadline_ms);
+    const size_t raw_prompt_tokens = r.prompt.size();
     Result<std::shared_ptr<sched::RequestStream>> stream = engine_->Submit(std::move(r));
     if (!stream.ok()) {
       reject(stream.status());
@@ -245,7 +239,7 @@ class Server final : public WorkerServer {
     LoadReportSoon();
     // Prompt tokens count as queued prefill until the request's first event (its first token
     // or its end): the load a router needs to predict time to first token here.
-    const auto prompt_tokens = static_cast<int64_t>(g.getPrompt().size());
+    const auto prompt_tokens = static_cast<int64_t>(raw_prompt_tokens);
     queued_prefill_tokens_.fetch_add(prompt_tokens);
     auto prefill_pending = std::make_shared<std::atomic<bool>>(true);
     auto ttft_s = std::make_shared<double>(0.0);  // step thread only
@@ -264,7 +258,6 @@ class Server final : public WorkerServer {
             unserved_.erase(unserved_key);
           }
           auto connection = weak.lock();
-          capnp::MallocMessageBuilder builder;
           if (e.kind == sched::StreamEvent::Kind::kToken) {
             if (e.index == 0) {
               metrics_.ttft.Observe(Seconds(now - received));
@@ -273,11 +266,8 @@ class Server final : public WorkerServer {
               metrics_.time_per_token.Observe(Seconds(now - *last));
             }
             *last = now;
-            auto token = builder.initRoot<Envelope>().initToken();
-            token.setRequestId(wire_id);
-            token.setToken(static_cast<uint32_t>(e.token));
-            token.setIndex(e.index);
-            if (connection && !connection->SendBytes(wire::EncodeOrEmpty(builder)).ok()) {
+            if (connection &&
+                !connection->SendBytes(wire::EncodeToken({wire_id, e.token, e.index})).ok()) {
               raw->RequestCancel();  // the client does not keep up (or left): stop generating
             }
             return;
@@ -285,15 +275,15 @@ class Server final : public WorkerServer {
           metrics_.e2e.Observe(Seconds(now - received));
           RecordPrefillSample(e.finish.prompt_tokens - e.finish.cached_tokens, *ttft_s);
           if (e.finish.queue_seconds >= 0) metrics_.queue.Observe(e.finish.queue_seconds);
-          auto finish = builder.initRoot<Envelope>().initFinish();
-          finish.setRequestId(wire_id);
-          finish.setReason(static_cast<wire::schema::FinishReason>(e.finish.reason));
-          finish.setErrorCode(wire::ToWireErrorCode(e.finish.error.code()));
-          finish.setErrorMessage(std::string(e.finish.error.message()));
-          finish.setPromptTokens(e.finish.prompt_tokens);
-          finish.setCachedTokens(e.finish.cached_tokens);
-          finish.setGeneratedTokens(e.finish.generated_tokens);
-          if (connection) (void)connection->SendBytes(wire::EncodeOrEmpty(builder));
+          if (connection) {
+            (void)connection->SendBytes(wire::EncodeFinish(
+                {.request_id = wire_id,
+                 .reason = e.finish.reason,
+                 .error = e.finish.error,
+                 .prompt_tokens = e.finish.prompt_tokens,
+                 .cached_tokens = e.finish.cached_tokens,
+                 .generated_tokens = e.finish.generated_tokens}));
+          }
           asio::post(io_, [this, connection_id, wire_id] { OnFinished(connection_id, wire_id); });
         });
     if (!set.ok()) LOG(ERROR) << "stream callback: " << set;

@@ -29,6 +29,7 @@
 
 #include "router/workload.h"
 #include "runtime/base/status.h"
+#include "runtime/wire/client_protocol.h"
 #include "runtime/wire/connection.h"
 
 namespace chunkserve::router {
@@ -264,17 +265,14 @@ class Phase {
 
   void Send(size_t i) {
     const WorkloadRequest& w = requests_[i];
-    capnp::MallocMessageBuilder builder;
-    auto g = builder.initRoot<Envelope>().initGenerate();
-    g.setRequestId(i + 1);
-    auto p = g.initPrompt(static_cast<unsigned>(w.prompt.size()));
-    for (size_t k = 0; k < w.prompt.size(); ++k) {
-      p.set(static_cast<unsigned>(k), static_cast<uint32_t>(w.prompt[k]));
-    }
-    g.setMaxNewTokens(std::max(1, w.output_tokens));
+    wire::GenerateMessage g;
+    g.request_id = i + 1;
+    g.prompt = w.prompt;
+    g.max_new_tokens = std::max(1, w.output_tokens);
+    std::vector<uint8_t> frame = wire::EncodeGenerate(g);
     results_[i].sent = Clock::now();
     outstanding_++;
-    const Status s = connections_[i % connections_.size()]->Send(builder);
+    const Status s = connections_[i % connections_.size()]->SendBytes(std::move(frame));
     if (!s.ok()) Fail(i, s.ToString());
   }
 
@@ -298,25 +296,25 @@ class Phase {
     };
     switch (root.which()) {
       case Envelope::TOKEN: {
-        RequestResult* r = result(root.getToken().getRequestId());
+        Result<wire::TokenMessage> t = wire::DecodeToken(root.getToken());
+        RequestResult* r = t.ok() ? result(t->request_id) : nullptr;
         if (r == nullptr) return;
         if (!r->first_token) r->first_token = now;
-        if (root.getToken().getIndex() != r->expected_index) r->bad_index = true;
+        if (t->index != r->expected_index) r->bad_index = true;
         r->expected_index++;
         break;
       }
       case Envelope::FINISH: {
-        auto f = root.getFinish();
-        RequestResult* r = result(f.getRequestId());
+        const wire::FinishMessage f = wire::DecodeFinish(root.getFinish());
+        RequestResult* r = result(f.request_id);
         if (r == nullptr || r->end || r->error) return;
         r->end = now;
-        r->prompt_tokens = f.getPromptTokens();
-        r->cached_tokens = f.getCachedTokens();
-        r->generated = f.getGeneratedTokens();
-        if (f.getReason() == wire::schema::FinishReason::ERROR ||
-            f.getReason() == wire::schema::FinishReason::UNAVAILABLE) {
+        r->prompt_tokens = f.prompt_tokens;
+        r->cached_tokens = f.cached_tokens;
+        r->generated = f.generated_tokens;
+        if (f.reason == FinishReason::kError || f.reason == FinishReason::kUnavailable) {
           r->error = true;
-          r->error_message = f.getErrorMessage().cStr();
+          r->error_message = std::string(f.error.message());
         }
         Done();
         break;
