@@ -373,8 +373,8 @@ struct PickContext {
   RouterTime now{0};
 };
 
-// A routing policy. One file per policy under router/ (policy.cc holds them all for now); each
-// states its algorithm at the top. Policies may keep state (round robin's cursor), so one
+// A routing policy. One file per policy under router/policies/, made through the registry in
+// router/policy.cc; each states its algorithm at the top. Policies may keep state (round robin's cursor), so one
 // instance serves one router.
 class Policy {
  public:
