@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace chunkserve::kernels {
 
@@ -64,6 +65,36 @@ struct TppPlanView {
   const int32_t* private_indptr = nullptr;  // [num_seqs + 1]
   const int32_t* private_slot = nullptr;    // [private_indptr[num_seqs]]
   const int32_t* private_len = nullptr;     // [private_indptr[num_seqs]], 1..chunk_size
+};
+
+// Owning storage of a TppPlanView: the arrays it points into. runtime/plan's TppPlan keeps one
+// (built from the prefix tree); tests and benchmarks fill their own.
+struct TppPlanArrays {
+  int32_t num_seqs = 0;
+  std::vector<int32_t> shared_slot, shared_len, shared_seq_begin, shared_seq_end,
+      shared_partial_offset;
+  int32_t num_partial_rows = 0;
+  std::vector<int32_t> seq_shared_indptr{0}, seq_shared_ids;
+  std::vector<int32_t> private_indptr{0}, private_slot, private_len;
+
+  // The view of these arrays; valid until they change.
+  TppPlanView View() const {
+    TppPlanView v;
+    v.num_seqs = num_seqs;
+    v.num_shared = static_cast<int32_t>(shared_slot.size());
+    v.shared_slot = shared_slot.data();
+    v.shared_len = shared_len.data();
+    v.shared_seq_begin = shared_seq_begin.data();
+    v.shared_seq_end = shared_seq_end.data();
+    v.shared_partial_offset = shared_partial_offset.data();
+    v.num_partial_rows = num_partial_rows;
+    v.seq_shared_indptr = seq_shared_indptr.data();
+    v.seq_shared_ids = seq_shared_ids.data();
+    v.private_indptr = private_indptr.data();
+    v.private_slot = private_slot.data();
+    v.private_len = private_len.data();
+    return v;
+  }
 };
 
 }  // namespace chunkserve::kernels

@@ -10,18 +10,18 @@ void TppPlan::Clear() {
   last_input_.clear();
   row_state_.clear();
   shared_chunk_.clear();
-  shared_slot_.clear();
-  shared_len_.clear();
-  shared_seq_begin_.clear();
-  shared_seq_end_.clear();
-  shared_partial_offset_.clear();
-  num_partial_rows_ = 0;
-  seq_shared_indptr_.assign(1, 0);
-  seq_shared_ids_.clear();
+  arrays_.shared_slot.clear();
+  arrays_.shared_len.clear();
+  arrays_.shared_seq_begin.clear();
+  arrays_.shared_seq_end.clear();
+  arrays_.shared_partial_offset.clear();
+  arrays_.num_partial_rows = 0;
+  arrays_.seq_shared_indptr.assign(1, 0);
+  arrays_.seq_shared_ids.clear();
   private_chunk_.clear();
-  private_indptr_.assign(1, 0);
-  private_slot_.clear();
-  private_len_.clear();
+  arrays_.private_indptr.assign(1, 0);
+  arrays_.private_slot.clear();
+  arrays_.private_len.clear();
 }
 
 Status TppPlan::Build(const kv::PrefixTree& tree, std::span<const SeqId> batch) {
@@ -44,38 +44,38 @@ Status TppPlan::Rebuild(const kv::PrefixTree& tree, std::span<const SeqId> batch
   // Phase 1 list, in GroupBatch's pre-order.
   const size_t num_shared = groups_.size();
   shared_chunk_.resize(num_shared);
-  shared_slot_.resize(num_shared);
-  shared_len_.resize(num_shared);
-  shared_seq_begin_.resize(num_shared);
-  shared_seq_end_.resize(num_shared);
-  shared_partial_offset_.resize(num_shared);
+  arrays_.shared_slot.resize(num_shared);
+  arrays_.shared_len.resize(num_shared);
+  arrays_.shared_seq_begin.resize(num_shared);
+  arrays_.shared_seq_end.resize(num_shared);
+  arrays_.shared_partial_offset.resize(num_shared);
   row_state_.assign(b, RowState());
-  num_partial_rows_ = 0;
+  arrays_.num_partial_rows = 0;
   for (size_t g = 0; g < num_shared; ++g) {
     const kv::BatchGroup& group = groups_[g];
     shared_chunk_[g] = group.chunk;
-    shared_slot_[g] = static_cast<int32_t>(tree.ChunkSlot(group.chunk).value());
-    shared_len_[g] = tree.ChunkLen(group.chunk);
-    shared_seq_begin_[g] = group.begin;
-    shared_seq_end_[g] = group.end;
-    shared_partial_offset_[g] = num_partial_rows_;
-    num_partial_rows_ += group.end - group.begin;
+    arrays_.shared_slot[g] = static_cast<int32_t>(tree.ChunkSlot(group.chunk).value());
+    arrays_.shared_len[g] = tree.ChunkLen(group.chunk);
+    arrays_.shared_seq_begin[g] = group.begin;
+    arrays_.shared_seq_end[g] = group.end;
+    arrays_.shared_partial_offset[g] = arrays_.num_partial_rows;
+    arrays_.num_partial_rows += group.end - group.begin;
     for (int32_t s = group.begin; s < group.end; ++s) {
       row_state_[s].shared_depth = std::max(row_state_[s].shared_depth, group.depth + 1);
     }
   }
 
   // Per row, its shared chunks root first: the group at depth d goes to slot indptr[s] + d.
-  seq_shared_indptr_.resize(b + 1);
-  seq_shared_indptr_[0] = 0;
+  arrays_.seq_shared_indptr.resize(b + 1);
+  arrays_.seq_shared_indptr[0] = 0;
   for (size_t s = 0; s < b; ++s) {
-    seq_shared_indptr_[s + 1] = seq_shared_indptr_[s] + row_state_[s].shared_depth;
+    arrays_.seq_shared_indptr[s + 1] = arrays_.seq_shared_indptr[s] + row_state_[s].shared_depth;
   }
-  seq_shared_ids_.resize(static_cast<size_t>(seq_shared_indptr_[b]));
+  arrays_.seq_shared_ids.resize(static_cast<size_t>(arrays_.seq_shared_indptr[b]));
   for (size_t g = 0; g < num_shared; ++g) {
     const kv::BatchGroup& group = groups_[g];
     for (int32_t s = group.begin; s < group.end; ++s) {
-      seq_shared_ids_[seq_shared_indptr_[s] + group.depth] = static_cast<int32_t>(g);
+      arrays_.seq_shared_ids[arrays_.seq_shared_indptr[s] + group.depth] = static_cast<int32_t>(g);
     }
   }
   FillPrivate(tree, infos_);
@@ -83,11 +83,11 @@ Status TppPlan::Rebuild(const kv::PrefixTree& tree, std::span<const SeqId> batch
 }
 
 void TppPlan::FillPrivate(const kv::PrefixTree& tree, std::span<const kv::SeqInfo> infos) {
-  private_indptr_.resize(rows_.size() + 1);
-  private_indptr_[0] = 0;
+  arrays_.private_indptr.resize(rows_.size() + 1);
+  arrays_.private_indptr[0] = 0;
   private_chunk_.clear();
-  private_slot_.clear();
-  private_len_.clear();
+  arrays_.private_slot.clear();
+  arrays_.private_len.clear();
   for (size_t s = 0; s < rows_.size(); ++s) {
     const kv::SeqInfo& info = infos[s];
     RowState& row = row_state_[s];
@@ -95,10 +95,10 @@ void TppPlan::FillPrivate(const kv::PrefixTree& tree, std::span<const kv::SeqInf
     row.path_size = static_cast<int32_t>(info.path.size());
     for (size_t k = static_cast<size_t>(row.shared_depth); k < info.path.size(); ++k) {
       private_chunk_.push_back(info.path[k]);
-      private_slot_.push_back(static_cast<int32_t>(tree.ChunkSlot(info.path[k]).value()));
-      private_len_.push_back(tree.ChunkLen(info.path[k]));
+      arrays_.private_slot.push_back(static_cast<int32_t>(tree.ChunkSlot(info.path[k]).value()));
+      arrays_.private_len.push_back(tree.ChunkLen(info.path[k]));
     }
-    private_indptr_[s + 1] = static_cast<int32_t>(private_chunk_.size());
+    arrays_.private_indptr[s + 1] = static_cast<int32_t>(private_chunk_.size());
   }
 }
 
@@ -140,8 +140,8 @@ Status TppPlan::Update(const kv::PrefixTree& tree, std::span<const SeqId> batch)
     return Status::Ok();
   }
   for (size_t s = 0; s < b; ++s) {
-    if (private_indptr_[s + 1] > private_indptr_[s]) {
-      private_len_[private_indptr_[s + 1] - 1] = tree.ChunkLen(infos_[s].path.back());
+    if (arrays_.private_indptr[s + 1] > arrays_.private_indptr[s]) {
+      arrays_.private_len[arrays_.private_indptr[s + 1] - 1] = tree.ChunkLen(infos_[s].path.back());
     }
   }
   last_update_ = UpdateKind::kLengths;
@@ -149,20 +149,9 @@ Status TppPlan::Update(const kv::PrefixTree& tree, std::span<const SeqId> batch)
 }
 
 kernels::TppPlanView TppPlan::view() const {
-  kernels::TppPlanView v;
-  v.num_seqs = static_cast<int32_t>(rows_.size());
-  v.num_shared = static_cast<int32_t>(shared_chunk_.size());
-  v.shared_slot = shared_slot_.data();
-  v.shared_len = shared_len_.data();
-  v.shared_seq_begin = shared_seq_begin_.data();
-  v.shared_seq_end = shared_seq_end_.data();
-  v.shared_partial_offset = shared_partial_offset_.data();
-  v.num_partial_rows = num_partial_rows_;
-  v.seq_shared_indptr = seq_shared_indptr_.data();
-  v.seq_shared_ids = seq_shared_ids_.data();
-  v.private_indptr = private_indptr_.data();
-  v.private_slot = private_slot_.data();
-  v.private_len = private_len_.data();
+  kernels::TppPlanView v = arrays_.View();
+  v.num_seqs = num_seqs();
+  v.num_shared = num_shared();
   return v;
 }
 

@@ -67,7 +67,7 @@ class TppPlan {
   int32_t num_seqs() const { return static_cast<int32_t>(rows_.size()); }
   int32_t num_shared() const { return static_cast<int32_t>(shared_chunk_.size()); }
   int32_t num_private() const { return static_cast<int32_t>(private_chunk_.size()); }
-  int32_t num_partial_rows() const { return num_partial_rows_; }
+  int32_t num_partial_rows() const { return arrays_.num_partial_rows; }
   // Tree chunk ids parallel to the view's shared and private arrays (tests, debugging).
   std::span<const ChunkId> shared_chunks() const { return shared_chunk_; }
   std::span<const ChunkId> private_chunks() const { return private_chunk_; }
@@ -92,12 +92,8 @@ class TppPlan {
   std::vector<RowState> row_state_;
 
   std::vector<ChunkId> shared_chunk_;
-  std::vector<int32_t> shared_slot_, shared_len_, shared_seq_begin_, shared_seq_end_,
-      shared_partial_offset_;
-  int32_t num_partial_rows_ = 0;
-  std::vector<int32_t> seq_shared_indptr_{0}, seq_shared_ids_;
   std::vector<ChunkId> private_chunk_;
-  std::vector<int32_t> private_indptr_{0}, private_slot_, private_len_;
+  kernels::TppPlanArrays arrays_;  // what view() points into
   UpdateKind last_update_ = UpdateKind::kNone;
 
   // Scratch.

@@ -13,35 +13,13 @@
 
 namespace chunkserve::bench {
 
-struct BenchLayout {
-  int32_t num_seqs = 0;
+struct BenchLayout : kernels::TppPlanArrays {
   int32_t num_slots = 0;
   int64_t shared_tokens = 0;   // stored once
   int64_t private_tokens = 0;  // summed over sequences
-  std::vector<int32_t> shared_slot, shared_len, shared_seq_begin, shared_seq_end,
-      shared_partial_offset;
-  int32_t num_partial_rows = 0;
-  std::vector<int32_t> seq_shared_indptr{0}, seq_shared_ids, private_indptr{0}, private_slot,
-      private_len;
   std::vector<int32_t> block_indptr{0}, block_slot, block_len;
 
-  kernels::TppPlanView Plan() const {
-    kernels::TppPlanView p;
-    p.num_seqs = num_seqs;
-    p.num_shared = static_cast<int32_t>(shared_slot.size());
-    p.shared_slot = shared_slot.data();
-    p.shared_len = shared_len.data();
-    p.shared_seq_begin = shared_seq_begin.data();
-    p.shared_seq_end = shared_seq_end.data();
-    p.shared_partial_offset = shared_partial_offset.data();
-    p.num_partial_rows = num_partial_rows;
-    p.seq_shared_indptr = seq_shared_indptr.data();
-    p.seq_shared_ids = seq_shared_ids.data();
-    p.private_indptr = private_indptr.data();
-    p.private_slot = private_slot.data();
-    p.private_len = private_len.data();
-    return p;
-  }
+  kernels::TppPlanView Plan() const { return View(); }
 };
 
 // Slots are handed out in a shuffled order, as a free list does after some churn. One sequence

@@ -97,24 +97,6 @@ void KvArena::FillToken(int32_t slot, int32_t offset, Random& rng) {
   }
 }
 
-TppPlanView Layout::Plan() const {
-  TppPlanView p;
-  p.num_seqs = num_seqs;
-  p.num_shared = static_cast<int32_t>(shared_slot.size());
-  p.shared_slot = shared_slot.data();
-  p.shared_len = shared_len.data();
-  p.shared_seq_begin = shared_seq_begin.data();
-  p.shared_seq_end = shared_seq_end.data();
-  p.shared_partial_offset = shared_partial_offset.data();
-  p.num_partial_rows = num_partial_rows;
-  p.seq_shared_indptr = seq_shared_indptr.data();
-  p.seq_shared_ids = seq_shared_ids.data();
-  p.private_indptr = private_indptr.data();
-  p.private_slot = private_slot.data();
-  p.private_len = private_len.data();
-  return p;
-}
-
 int64_t Layout::Tokens(int32_t seq) const {
   int64_t n = 0;
   for (int32_t c : paths[seq]) n += chunks[c].len;

@@ -55,26 +55,19 @@ class KvArena {
 
 // A decode batch: each sequence's path of chunks (root first), which of them are shared, and the
 // arrays of the TPP plan and of the paged block lists derived from it.
-struct Layout {
+struct Layout : TppPlanArrays {
   struct Chunk {
     int32_t slot;
     int32_t len;
     int32_t shared_index;  // index into the plan's shared list, -1 when private
   };
-  int32_t num_seqs = 0;
   int32_t num_slots = 0;  // slots the arena needs (chunks plus unused ones)
   std::vector<Chunk> chunks;
   std::vector<std::vector<int32_t>> paths;  // per sequence, indices into chunks
-
-  // TppPlanView arrays.
-  std::vector<int32_t> shared_slot, shared_len, shared_seq_begin, shared_seq_end,
-      shared_partial_offset;
-  int32_t num_partial_rows = 0;
-  std::vector<int32_t> seq_shared_indptr, seq_shared_ids, private_indptr, private_slot, private_len;
   // Paged block lists: every sequence's whole path.
   std::vector<int32_t> block_indptr, block_slot, block_len;
 
-  TppPlanView Plan() const;
+  TppPlanView Plan() const { return View(); }
   int64_t Tokens(int32_t seq) const;
 };
 
