@@ -12,7 +12,7 @@
 
 #include "runtime/model/model.h"
 #include "runtime/model/tiny_model.h"
-#include "tests/engine/reference_model.h"
+#include "tests/testing/reference_model.h"
 #include "tests/testing/random.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"

@@ -15,7 +15,7 @@
 
 #include "runtime/kvcache/prefix_tree.h"
 #include "runtime/plan/tpp_plan.h"
-#include "tests/kvcache/plan_check.h"
+#include "tests/testing/plan_check.h"
 #include "tests/testing/random.h"
 #include "tests/testing/status_matchers.h"
 

@@ -9,7 +9,7 @@
 #include "runtime/kvcache/prefix_tree.h"
 #include "runtime/model/tiny_model.h"
 #include "runtime/plan/tpp_plan.h"
-#include "tests/engine/reference_model.h"
+#include "tests/testing/reference_model.h"
 #include "tests/testing/random.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"

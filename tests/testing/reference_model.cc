@@ -1,4 +1,4 @@
-#include "tests/engine/reference_model.h"
+#include "tests/testing/reference_model.h"
 
 #include <gtest/gtest.h>
 

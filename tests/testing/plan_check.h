@@ -1,7 +1,7 @@
 // Independent checks of a TppPlan against the prefix tree it was built from, shared by the plan
 // unit tests and the randomized model test.
-#ifndef CHUNKSERVE_TESTS_KVCACHE_PLAN_CHECK_H_
-#define CHUNKSERVE_TESTS_KVCACHE_PLAN_CHECK_H_
+#ifndef CHUNKSERVE_TESTS_TESTING_PLAN_CHECK_H_
+#define CHUNKSERVE_TESTS_TESTING_PLAN_CHECK_H_
 
 #include <gtest/gtest.h>
 
@@ -127,4 +127,4 @@ inline ::testing::AssertionResult PlanIsValid(const kv::PrefixTree& tree, const 
 
 }  // namespace chunkserve::plan::testing
 
-#endif  // CHUNKSERVE_TESTS_KVCACHE_PLAN_CHECK_H_
+#endif  // CHUNKSERVE_TESTS_TESTING_PLAN_CHECK_H_

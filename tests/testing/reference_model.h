@@ -5,8 +5,8 @@
 //
 // Supports what the tiny models use: plain RoPE (no scaling), optional q/k/v biases, tied or
 // untied embeddings, GQA.
-#ifndef CHUNKSERVE_TESTS_ENGINE_REFERENCE_MODEL_H_
-#define CHUNKSERVE_TESTS_ENGINE_REFERENCE_MODEL_H_
+#ifndef CHUNKSERVE_TESTS_TESTING_REFERENCE_MODEL_H_
+#define CHUNKSERVE_TESTS_TESTING_REFERENCE_MODEL_H_
 
 #include <span>
 #include <string>
@@ -41,4 +41,4 @@ class ReferenceModel {
 
 }  // namespace chunkserve::testing
 
-#endif  // CHUNKSERVE_TESTS_ENGINE_REFERENCE_MODEL_H_
+#endif  // CHUNKSERVE_TESTS_TESTING_REFERENCE_MODEL_H_

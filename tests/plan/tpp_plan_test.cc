@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-#include "tests/kvcache/plan_check.h"
+#include "tests/testing/plan_check.h"
 #include "tests/testing/status_matchers.h"
 
 namespace chunkserve::plan {
