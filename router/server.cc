@@ -11,17 +11,10 @@ Status Server::Init() {
   if (membership_.model_known()) core.chain_seeds = {membership_.chain_seed()};
   CHUNKSERVE_ASSIGN_OR_RETURN(core_, RouterCore::Create(core));
   if (options_.max_attempts < 1) return Status::InvalidArgument("max_attempts must be >= 1");
-  max_connections_ = wire::MaxConnectionsForFdLimit(options_.max_connections);
-  if (max_connections_ < options_.max_connections) {
-    LOG(WARNING) << "serving at most " << max_connections_ << " connections (of "
-                 << options_.max_connections << " asked) within the file descriptor limit";
-  }
-  CHUNKSERVE_RETURN_IF_ERROR(
-      wire::ListenTcp(acceptor_, options_.listen_host, options_.listen_port));
-  if (options_.http_port >= 0) {
-    CHUNKSERVE_RETURN_IF_ERROR(wire::ListenTcp(http_acceptor_, options_.http_host,
-                                               static_cast<uint16_t>(options_.http_port)));
-  }
+  CHUNKSERVE_ASSIGN_OR_RETURN(
+      max_connections_,
+      wire::ListenServer(acceptor_, options_.listen_host, options_.listen_port, http_acceptor_,
+                         options_.http_host, options_.http_port, options_.max_connections));
   return Status::Ok();
 }
 

@@ -65,6 +65,21 @@ void AcceptLoop(asio::ip::tcp::acceptor& acceptor, SocketHandler on_socket) {
   Accept(acceptor, std::make_shared<const SocketHandler>(std::move(on_socket)));
 }
 
+Result<int64_t> ListenServer(asio::ip::tcp::acceptor& wire, const std::string& host, uint16_t port,
+                             asio::ip::tcp::acceptor& http, const std::string& http_host,
+                             int32_t http_port, int64_t max_connections) {
+  const int64_t cap = MaxConnectionsForFdLimit(max_connections);
+  if (cap < max_connections) {
+    LOG(WARNING) << "serving at most " << cap << " connections (of " << max_connections
+                 << " asked) within the file descriptor limit";
+  }
+  CHUNKSERVE_RETURN_IF_ERROR(ListenTcp(wire, host, port));
+  if (http_port >= 0) {
+    CHUNKSERVE_RETURN_IF_ERROR(ListenTcp(http, http_host, static_cast<uint16_t>(http_port)));
+  }
+  return cap;
+}
+
 int64_t MaxConnectionsForFdLimit(int64_t configured) {
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {

@@ -36,6 +36,13 @@ void AcceptLoop(asio::ip::tcp::acceptor& acceptor, SocketHandler on_socket);
 inline constexpr int64_t kReservedDescriptors = 32;
 int64_t MaxConnectionsForFdLimit(int64_t configured);
 
+// What a worker or router opens at start: its wire port and, with http_port >= 0, its HTTP probe
+// port (0: ephemeral). Returns the connection cap to serve: `max_connections` kept within the
+// descriptor limit (MaxConnectionsForFdLimit), logged when that lowers it.
+Result<int64_t> ListenServer(asio::ip::tcp::acceptor& wire, const std::string& host, uint16_t port,
+                             asio::ip::tcp::acceptor& http, const std::string& http_host,
+                             int32_t http_port, int64_t max_connections);
+
 // Tells an accepted socket why it is not served (an Error frame, requestId 0, written without
 // blocking) and closes it.
 void RefuseSocket(asio::ip::tcp::socket& socket, const Status& why);

@@ -12,10 +12,11 @@
 
 #include "runtime/model/model.h"
 #include "runtime/model/tiny_model.h"
-#include "tests/testing/reference_model.h"
 #include "tests/testing/random.h"
+#include "tests/testing/reference_model.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/tiny_models.h"
 
 namespace chunkserve::engine {
 namespace {
@@ -26,19 +27,7 @@ using sched::RequestOptions;
 using sched::RequestStream;
 using sched::StreamEvent;
 
-model::TinyModelOptions TestModel() {
-  model::TinyModelOptions o;
-  o.seed = 7;
-  o.vocab_size = 256;
-  o.hidden_size = 64;
-  o.num_layers = 2;
-  o.num_qo_heads = 4;
-  o.num_kv_heads = 2;
-  o.head_dim = 16;
-  o.intermediate_size = 128;
-  o.max_position_embeddings = 1024;
-  return o;
-}
+model::TinyModelOptions TestModel() { return testing::SmallTestModel(7); }
 
 struct Outcome {
   std::vector<TokenId> tokens;

@@ -11,6 +11,7 @@
 #include "runtime/model/tiny_model.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/tiny_models.h"
 
 namespace chunkserve::engine {
 namespace {
@@ -20,17 +21,7 @@ using namespace std::chrono_literals;
 class KvEventsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    model::TinyModelOptions m;
-    m.seed = 7;
-    m.vocab_size = 256;
-    m.hidden_size = 64;
-    m.num_layers = 2;
-    m.num_qo_heads = 4;
-    m.num_kv_heads = 2;
-    m.head_dim = 16;
-    m.intermediate_size = 128;
-    m.max_position_embeddings = 1024;
-    ASSERT_OK(model::WriteTinyModel(dir_.path(), m));
+    ASSERT_OK(model::WriteTinyModel(dir_.path(), testing::SmallTestModel(7)));
   }
 
   std::unique_ptr<Engine> MakeEngine(uint64_t kv_bytes) {

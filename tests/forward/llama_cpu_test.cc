@@ -9,10 +9,11 @@
 #include "runtime/kvcache/prefix_tree.h"
 #include "runtime/model/tiny_model.h"
 #include "runtime/plan/tpp_plan.h"
-#include "tests/testing/reference_model.h"
 #include "tests/testing/random.h"
+#include "tests/testing/reference_model.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/tiny_models.h"
 
 namespace chunkserve::forward {
 namespace {
@@ -30,15 +31,10 @@ struct DtypeCase {
 class LlamaCpuTest : public ::testing::TestWithParam<DtypeCase> {
  protected:
   void SetUp() override {
-    model::TinyModelOptions o;
-    o.seed = 3;
+    model::TinyModelOptions o = testing::SmallTestModel(3);
     o.vocab_size = 128;
-    o.hidden_size = 64;
-    o.num_layers = 2;
-    o.num_qo_heads = 4;
-    o.num_kv_heads = 2;
-    o.head_dim = 16;
     o.intermediate_size = 96;
+    o.max_position_embeddings = 8192;
     ASSERT_OK(model::WriteTinyModel(dir_.path(), o));
     ASSERT_OK_AND_ASSIGN(model::LoadedModel m, model::LoadedModel::Load(dir_.path()));
     model_ = std::make_unique<model::LoadedModel>(std::move(m));

@@ -13,6 +13,7 @@
 #include "runtime/model/tiny_model.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/tiny_models.h"
 
 namespace chunkserve::router {
 namespace {
@@ -59,17 +60,7 @@ TEST(RouterHashTest, PromptsSharingAThousandTokensShareFifteenChunks) {
 class RouterEngineHashTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    model::TinyModelOptions m;
-    m.seed = 11;
-    m.vocab_size = 256;
-    m.hidden_size = 64;
-    m.num_layers = 2;
-    m.num_qo_heads = 4;
-    m.num_kv_heads = 2;
-    m.head_dim = 16;
-    m.intermediate_size = 128;
-    m.max_position_embeddings = 1024;
-    ASSERT_OK(model::WriteTinyModel(dir_.path(), m));
+    ASSERT_OK(model::WriteTinyModel(dir_.path(), ::chunkserve::testing::SmallTestModel(11)));
     engine::EngineOptions o;
     o.model_dir = dir_.path().string();
     o.chunk_size = 16;
