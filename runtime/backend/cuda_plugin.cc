@@ -21,6 +21,7 @@ Registry& TheRegistry() {
   return *registry;
 }
 
+#if CHUNKSERVE_BUILT_WITH_CUDA
 // Loads the plugin and returns its factory, or null with `error` set. The library stays loaded
 // for the life of the process (its backends may outlive any one caller).
 CudaBackendFactory LoadPlugin(std::string* error) {
@@ -50,6 +51,7 @@ CudaBackendFactory LoadPlugin(std::string* error) {
   }
   return plugin->create;
 }
+#endif  // CHUNKSERVE_BUILT_WITH_CUDA
 
 }  // namespace
 

@@ -2,7 +2,6 @@
 
 #include <capnp/message.h>
 
-#include <cmath>
 #include <string>
 
 #include "runtime/wire/messages.h"
@@ -63,13 +62,6 @@ Result<GenerateMessage> DecodeGenerate(schema::Generate::Reader g) {
   if (g.hasSampling()) {
     auto s = g.getSampling();
     m.sampling = SamplingMessage{s.getTemperature(), s.getTopK(), s.getTopP(), s.getSeed()};
-    if (!std::isfinite(m.sampling->temperature) || m.sampling->temperature < 0) {
-      return Status::InvalidArgument("sampling.temperature must be finite and >= 0");
-    }
-    if (m.sampling->top_k < 0) return Status::InvalidArgument("sampling.topK must be >= 0");
-    if (!(m.sampling->top_p > 0 && m.sampling->top_p <= 1)) {
-      return Status::InvalidArgument("sampling.topP must be in (0, 1]");
-    }
   }
   m.max_new_tokens = g.getMaxNewTokens();
   if (m.max_new_tokens < 1) return Status::InvalidArgument("maxNewTokens must be >= 1");

@@ -4,9 +4,9 @@
 // generator.
 //
 // Decoding validates what any receiver must check, whatever serves the request: a Generate needs
-// a non-empty prompt, token ids that fit TokenId (int32), maxNewTokens >= 1 and a top_p in (0, 1]
-// with finite, non-negative temperature; token ids against the model's vocabulary and lengths
-// against its context are the engine's to check. Errors are InvalidArgument naming the field. A
+// a non-empty prompt, token ids that fit TokenId (int32) and maxNewTokens >= 1. Sampling values,
+// token ids against the model's vocabulary and lengths against its context are the engine's to
+// check (sched::ValidateRequest), where the request is served. Errors are InvalidArgument naming the field. A
 // Finish with a reason or error code this build does not know decodes as an error / internal.
 //
 // Thread safety: plain functions of their arguments.
