@@ -5,7 +5,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
-#include <asio.hpp>
+#include "runtime/wire/asio.h"
 #include <exception>
 #include <mutex>
 #include <unordered_map>

@@ -14,7 +14,7 @@
 #include <capnp/message.h>
 
 #include <algorithm>
-#include <asio.hpp>
+#include "runtime/wire/asio.h"
 #include <chrono>
 #include <cmath>
 #include <cstdio>

@@ -1,7 +1,7 @@
 #include "router/loadgen/report.h"
 
 #include <algorithm>
-#include <asio.hpp>
+#include "runtime/wire/asio.h"
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>

@@ -20,7 +20,7 @@
 #include <capnp/message.h>
 
 #include <array>
-#include <asio.hpp>
+#include "runtime/wire/asio.h"
 #include <chrono>
 #include <cstdint>
 #include <memory>

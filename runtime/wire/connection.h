@@ -47,7 +47,7 @@
 #include <capnp/message.h>
 
 #include <array>
-#include <asio.hpp>
+#include "runtime/wire/asio.h"
 #include <atomic>
 #include <chrono>
 #include <cstdint>

@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include <asio.hpp>
+#include "runtime/wire/asio.h"
 
 #include "runtime/base/status.h"
 #include "runtime/wire/listen.h"  // ListenTcp, which opens the acceptor ServeHttp takes

@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-#include <asio.hpp>
+#include "runtime/wire/asio.h"
 
 #include "runtime/base/status.h"
 

@@ -2,8 +2,8 @@
 
 #include <openssl/ssl.h>
 
-#include <asio.hpp>
-#include <asio/ssl.hpp>
+#include "runtime/wire/asio.h"
+#include <boost/asio/ssl.hpp>
 #include <utility>
 
 namespace chunkserve::wire {

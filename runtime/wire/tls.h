@@ -21,9 +21,9 @@
 
 #include "runtime/base/status.h"
 
-namespace asio::ssl {
+namespace boost::asio::ssl {
 class context;
-}  // namespace asio::ssl
+}  // namespace boost::asio::ssl
 
 namespace chunkserve::wire {
 
@@ -45,12 +45,12 @@ class TlsContext {
   ~TlsContext();
 
   Side side() const { return side_; }
-  asio::ssl::context& native() { return *context_; }
+  boost::asio::ssl::context& native() { return *context_; }
 
  private:
-  TlsContext(Side side, std::unique_ptr<asio::ssl::context> context);
+  TlsContext(Side side, std::unique_ptr<boost::asio::ssl::context> context);
   const Side side_;
-  std::unique_ptr<asio::ssl::context> context_;
+  std::unique_ptr<boost::asio::ssl::context> context_;
 };
 
 // What a process needs for its links: a server context for what it accepts and a client context

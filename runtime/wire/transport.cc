@@ -3,7 +3,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
-#include <asio/ssl.hpp>
+#include <boost/asio/ssl.hpp>
 #include <cstdint>
 #include <system_error>
 #include <utility>
@@ -77,7 +77,7 @@ void Transport::AsyncHandshake(Done done) {
                         }
                         if (first != kTlsHandshakeRecord) {
                           plaintext_peer_ = true;
-                          done(std::make_error_code(std::errc::protocol_error));
+                          done(boost::system::errc::make_error_code(boost::system::errc::protocol_error));
                           return;
                         }
                         tls_->stream.async_handshake(asio::ssl::stream_base::server,

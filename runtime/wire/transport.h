@@ -10,7 +10,7 @@
 #ifndef CHUNKSERVE_RUNTIME_WIRE_TRANSPORT_H_
 #define CHUNKSERVE_RUNTIME_WIRE_TRANSPORT_H_
 
-#include <asio.hpp>
+#include "runtime/wire/asio.h"
 #include <cstddef>
 #include <functional>
 #include <memory>

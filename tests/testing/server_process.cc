@@ -6,7 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <asio.hpp>
+#include "runtime/wire/asio.h"
 #include <cstdlib>
 #include <cstring>
 #include <thread>

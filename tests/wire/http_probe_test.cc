@@ -5,7 +5,7 @@
 #include <string>
 #include <thread>
 
-#include <asio.hpp>
+#include "runtime/wire/asio.h"
 
 #include "tests/testing/status_matchers.h"
 

@@ -9,7 +9,7 @@
 #include <chrono>
 #include <thread>
 
-#include <asio.hpp>
+#include "runtime/wire/asio.h"
 
 #include "tests/testing/status_matchers.h"
 
