@@ -58,8 +58,8 @@ class Tokenizer {
   static Result<Tokenizer> FromJsonFile(const std::filesystem::path& path);
   // GGUF-style metadata, tokenized as llama.cpp does: "gpt2" = byte-level BPE with the regexes
   // llama.cpp uses for `pre` (Unimplemented for names it does not know); "llama" = scores-based
-  // BPE over "▁"-joined text with a "▁" prefix and <0xNN> byte fallback. Control (3) and
-  // user-defined (4) tokens are recognized in text; control tokens are special.
+  // BPE over "▁"-joined text with a "▁" prefix and <0xNN> byte fallback. Unknown (2), control (3)
+  // and user-defined (4) tokens are recognized in text; all but user-defined ones are special.
   static Result<Tokenizer> FromVocab(const VocabSpec& spec);
 
   // Special/added tokens written in the text are recognized, as HF tokenizers does.

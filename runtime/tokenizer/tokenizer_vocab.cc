@@ -13,6 +13,7 @@ namespace chunkserve::tokenizer {
 namespace {
 
 // tokenizer.ggml.token_type values.
+constexpr int32_t kTypeUnknown = 2;
 constexpr int32_t kTypeControl = 3;
 constexpr int32_t kTypeUserDefined = 4;
 constexpr int32_t kTypeByte = 6;
@@ -90,11 +91,14 @@ Result<Tokenizer> Tokenizer::FromVocab(const VocabSpec& spec) {
     // A repeated entry (a malformed vocabulary) keeps its first id.
     vocab.emplace(spec.tokens[i], id);
     const int32_t type = spec.token_types.empty() ? 1 : spec.token_types[i];
-    if ((type == kTypeControl || type == kTypeUserDefined) && !spec.tokens[i].empty()) {
+    // llama.cpp recognizes every non-normal, non-byte token in text (its special-token cache:
+    // unknown, control, user-defined); user-defined ones are not special.
+    if ((type == kTypeUnknown || type == kTypeControl || type == kTypeUserDefined) &&
+        !spec.tokens[i].empty()) {
       AddedToken t;
       t.content = spec.tokens[i];
       t.id = id;
-      t.special = type == kTypeControl;
+      t.special = type != kTypeUserDefined;
       added.push_back(std::move(t));
     }
   }

@@ -149,10 +149,10 @@ def write_reference(name, tok):
         f.write("\n")
 
 
-def compare_smollm2_digits(tok):
+def smollm2_original(tok):
     """SmolLM2's original tokenizer.json splits digits individually (Digits + ByteLevel); the
-    GGUF conversion uses ByteLevel alone, llama.cpp's `smollm` pre-tokenizer splits \\p{N} first.
-    Prints how many corpus lines encode differently with the original pre-tokenizer."""
+    GGUF conversion by transformers uses ByteLevel alone, llama.cpp's `smollm` pre-tokenizer splits
+    \\p{N} first. The reference is the original; this prints where the conversion differs."""
     j = json.loads(tok.to_str())
     j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
         {"type": "Digits", "individual_digits": True},
@@ -161,6 +161,7 @@ def compare_smollm2_digits(tok):
     diff = [t for t in corpus() if tok.encode(t).ids != orig.encode(t).ids]
     print(f"smollm2: GGUF conversion vs original Digits+ByteLevel differ on {len(diff)} of "
           f"{len(corpus())} lines: {diff[:5]!r}")
+    return orig
 
 
 CONVERSATIONS = {
@@ -222,8 +223,7 @@ def main():
         write_reference(name, Tokenizer.from_file(str(DATA / f"{name}.tokenizer.json")))
     smol = smollm2_tokenizer()
     if smol is not None:
-        write_reference("smollm2", smol)
-        compare_smollm2_digits(smol)
+        write_reference("smollm2", smollm2_original(smol))
     write_chat_reference()
 
 
