@@ -1,0 +1,45 @@
+// Decoders: turn the vocabulary entries of a token sequence back into text, as HF tokenizers'
+// ByteLevel, Replace, ByteFallback, Fuse, Strip and Metaspace (a Sequence is the list itself).
+// Each step maps a list of strings to a list of strings; the result is their concatenation. With
+// no steps at all the entries are joined with single spaces, as HF does without a decoder.
+//
+// Byte strings that are not valid UTF-8 (half a character from byte-level BPE or byte fallback)
+// become U+FFFD: per maximal invalid subsequence for ByteLevel (Rust's from_utf8_lossy), one per
+// byte token for ByteFallback, matching HF.
+//
+// Thread safety: immutable after construction.
+#ifndef CHUNKSERVE_RUNTIME_TOKENIZER_DECODER_H_
+#define CHUNKSERVE_RUNTIME_TOKENIZER_DECODER_H_
+
+#include <string>
+#include <vector>
+
+#include "runtime/tokenizer/pre_tokenizer.h"
+
+namespace chunkserve::tokenizer {
+
+struct DecoderStep {
+  enum class Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip, kMetaspace };
+  Kind kind = Kind::kByteLevel;
+  std::string pattern;      // kReplace: literal to replace; kStrip: the character to strip;
+                            // kMetaspace: the replacement character
+  std::string content;      // kReplace: replacement
+  int start = 0, stop = 0;  // kStrip: how many to strip at the start / end of each token
+  PrependScheme prepend_scheme = PrependScheme::kAlways;  // kMetaspace
+};
+
+class Decoder {
+ public:
+  Decoder() = default;
+  explicit Decoder(std::vector<DecoderStep> steps) : steps_(std::move(steps)) {}
+
+  // Always valid UTF-8.
+  std::string Decode(std::vector<std::string> tokens) const;
+
+ private:
+  std::vector<DecoderStep> steps_;
+};
+
+}  // namespace chunkserve::tokenizer
+
+#endif  // CHUNKSERVE_RUNTIME_TOKENIZER_DECODER_H_

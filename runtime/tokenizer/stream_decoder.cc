@@ -1,0 +1,45 @@
+#include "runtime/tokenizer/stream_decoder.h"
+
+namespace chunkserve::tokenizer {
+namespace {
+
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+
+}  // namespace
+
+StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens)
+    : tokenizer_(&tokenizer), skip_special_tokens_(skip_special_tokens) {}
+
+Result<std::string> StreamDecoder::Push(int32_t id) {
+  if (id < 0 || id >= tokenizer_->vocab_size()) {
+    return Status::InvalidArgument("token id " + std::to_string(id) + " outside [0, " +
+                                   std::to_string(tokenizer_->vocab_size()) + ")");
+  }
+  ids_.push_back(id);
+  CHUNKSERVE_ASSIGN_OR_RETURN(std::string text, tokenizer_->Decode(ids_, skip_special_tokens_));
+  if (text.size() <= window_text_.size() || !text.starts_with(window_text_) ||
+      text.ends_with(kReplacement)) {
+    return std::string();
+  }
+  std::string fresh = text.substr(window_text_.size());
+  // Slide the window: keep the last emitted token as context for the next decode.
+  ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(read_));
+  read_ = ids_.size();
+  CHUNKSERVE_ASSIGN_OR_RETURN(window_text_, tokenizer_->Decode(ids_, skip_special_tokens_));
+  return fresh;
+}
+
+std::string StreamDecoder::Flush() {
+  std::string rest;
+  auto text = tokenizer_->Decode(ids_, skip_special_tokens_);
+  // Every id was range-checked by Push, so Decode cannot fail here.
+  if (text.ok() && text->size() > window_text_.size() && text->starts_with(window_text_)) {
+    rest = text->substr(window_text_.size());
+  }
+  ids_.clear();
+  read_ = 0;
+  window_text_.clear();
+  return rest;
+}
+
+}  // namespace chunkserve::tokenizer
