@@ -34,7 +34,7 @@ bool ParseInt(const std::string& s, long long lo, long long hi, long long* out) 
 }
 
 constexpr char kUsage[] =
-    "usage: chunkserve-worker [--listen HOST:PORT] [--http HOST:PORT] [--model DIR]\n"
+    "usage: chunkserve-worker [--listen HOST:PORT] [--http HOST:PORT] [--model DIR|FILE.gguf]\n"
     "         [--kv-cache-mb N] [--max-queue N] [--chunk-size N] [--threads N]\n"
     "         [--drain-timeout-ms N]\n"
     "         [--worker-id ID] [--router HOST:PORT] [--advertise HOST:PORT]\n"

@@ -52,7 +52,8 @@ enum class ShutdownMode : int32_t {
 };
 
 struct EngineOptions {
-  // Directory with config.json and safetensors weights. Empty: the built-in tiny model, written
+  // Directory with config.json and safetensors weights, or a llama.cpp .gguf file (dequantized to
+  // f32 at load; model::LoadedModel::Load). Empty: the built-in tiny model, written
   // once from a fixed seed into `tiny_model_dir` (a temporary directory when that is empty).
   std::string model_dir;
   std::string tiny_model_dir;

@@ -4,7 +4,11 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
+#include <memory>
 #include <string>
+
+#include "runtime/model/gguf.h"
+#include "runtime/model/gguf_model.h"
 
 namespace chunkserve::model {
 namespace {
@@ -60,11 +64,25 @@ uint64_t ModelFingerprint(const ModelConfig& config, const WeightStore& store,
   return h.Digest();
 }
 
+bool IsGgufPath(const std::filesystem::path& path) { return path.extension() == ".gguf"; }
+
 Result<LoadedModel> LoadedModel::Load(const std::filesystem::path& dir,
                                       const LoadModelOptions& options) {
-  CHUNKSERVE_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir, options.config));
-  CHUNKSERVE_ASSIGN_OR_RETURN(WeightStore store, WeightStore::Open(dir));
-  LoadedModel m(dir, std::move(config), std::move(store));
+  ModelConfig config;
+  std::optional<WeightStore> store;
+  if (IsGgufPath(dir)) {
+    if (options.gguf_dtype != DType::kF32 && options.gguf_dtype != DType::kF16 &&
+        options.gguf_dtype != DType::kBF16) {
+      return Status::InvalidArgument("gguf_dtype must be f32, f16 or bf16");
+    }
+    CHUNKSERVE_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(dir));
+    CHUNKSERVE_ASSIGN_OR_RETURN(config, GgufModelConfig(*file));
+    CHUNKSERVE_ASSIGN_OR_RETURN(store, GgufWeightStore(*file, config, options.gguf_dtype));
+  } else {
+    CHUNKSERVE_ASSIGN_OR_RETURN(config, LoadModelConfig(dir, options.config));
+    CHUNKSERVE_ASSIGN_OR_RETURN(store, WeightStore::Open(dir));
+  }
+  LoadedModel m(dir, std::move(config), std::move(*store));
   // Bound after the store reached its final home; the views point into its heap-held files, so
   // later moves of the LoadedModel keep them valid.
   CHUNKSERVE_ASSIGN_OR_RETURN(m.weights_, BindLlamaWeights(m.config_, m.store_, options.bind));

@@ -1,5 +1,6 @@
 // LoadedModel: a model directory (config.json + safetensors) parsed, mapped, validated and bound,
-// plus the model fingerprint that seeds chunk hashes.
+// or a llama.cpp GGUF file parsed and dequantized (gguf_model.h), plus the model fingerprint that
+// seeds chunk hashes.
 //
 //   CHUNKSERVE_ASSIGN_OR_RETURN(model::LoadedModel m, model::LoadedModel::Load(dir));
 //   m.config().num_layers;          // shapes, eps, rope (ModelConfig)
@@ -41,14 +42,23 @@ uint64_t ModelFingerprint(const ModelConfig& config, const WeightStore& store,
                           FingerprintMode mode = FingerprintMode::kSampled);
 
 struct LoadModelOptions {
-  ModelConfigOptions config;
+  ModelConfigOptions config;  // config.json only
   BindOptions bind;
   FingerprintMode fingerprint = FingerprintMode::kSampled;
+  // GGUF only: the dtype the weights are dequantized to (f32, f16 or bf16). Safetensors weights
+  // keep the dtype of the file.
+  DType gguf_dtype = DType::kF32;
 };
+
+// Whether Load treats `path` as a GGUF file: a path whose extension is ".gguf".
+bool IsGgufPath(const std::filesystem::path& path);
 
 class LoadedModel {
  public:
   // Loads `dir`: LoadModelConfig(dir), WeightStore::Open(dir), BindLlamaWeights, fingerprint.
+  // A path to a .gguf file instead: GgufFile::Open, GgufModelConfig, GgufWeightStore (dequantized
+  // to options.gguf_dtype; the file is unmapped before returning), BindLlamaWeights, fingerprint
+  // (over the dequantized tensors, so the same weights in either format give the same value).
   // Errors are those of the steps, each naming its file.
   static Result<LoadedModel> Load(const std::filesystem::path& dir,
                                   const LoadModelOptions& options = {});
@@ -56,6 +66,7 @@ class LoadedModel {
   LoadedModel(LoadedModel&&) noexcept = default;
   LoadedModel& operator=(LoadedModel&&) noexcept = default;
 
+  // What Load was given: the directory, or the .gguf file.
   const std::filesystem::path& dir() const { return dir_; }
   const ModelConfig& config() const { return config_; }
   const WeightStore& store() const { return store_; }

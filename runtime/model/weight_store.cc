@@ -128,6 +128,40 @@ Result<WeightStore> WeightStore::Open(const std::filesystem::path& path) {
   return store;
 }
 
+Result<WeightStore> WeightStore::FromOwned(std::filesystem::path location,
+                                           std::vector<OwnedTensor> tensors) {
+  WeightStore store;
+  store.location_ = std::move(location);
+  for (OwnedTensor& t : tensors) {
+    uint64_t bytes = DTypeSize(t.dtype);
+    for (int64_t d : t.shape) {
+      if (d < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) {
+        return Status::InvalidArgument(store.location_.string() + ": tensor " + Quoted(t.name) +
+                                       " has an invalid shape");
+      }
+    }
+    if (bytes != t.bytes.size()) {
+      return Status::InvalidArgument(store.location_.string() + ": tensor " + Quoted(t.name) +
+                                     " needs " + std::to_string(bytes) + " bytes, holds " +
+                                     std::to_string(t.bytes.size()));
+    }
+    auto owned = std::make_unique<OwnedTensor>(std::move(t));
+    TensorView view;
+    view.name = owned->name;
+    view.dtype = owned->dtype;
+    view.shape = owned->shape;
+    view.data = owned->bytes.data();
+    view.size_bytes = owned->bytes.size();
+    if (!store.tensors_.emplace(owned->name, view).second) {
+      return Status::InvalidArgument(store.location_.string() + ": tensor " + Quoted(owned->name) +
+                                     " appears twice");
+    }
+    store.total_bytes_ += view.size_bytes;
+    store.owned_.push_back(std::move(owned));
+  }
+  return store;
+}
+
 std::optional<TensorView> WeightStore::Find(std::string_view name) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) return std::nullopt;

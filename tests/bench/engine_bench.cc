@@ -82,9 +82,10 @@ int EngineMain(int argc, char** argv) {
     else if (a == "--help") {
       std::cout << "chunkserve-bench engine [--np 512,1024,2048] [--nc 64] [--requests 32]\n"
                    "    [--rate 4] [--kv-cache-mb 512] [--threads N] [--chunk 64] [--budget 512]\n"
-                   "    [--backend cpu|cuda] [--kv-dtype f32|f16|bf16] [--model DIR] [--json]\n"
+                   "    [--backend cpu|cuda] [--kv-dtype f32|f16|bf16] [--model DIR|FILE.gguf] [--json]\n"
                    "The CUDA backend needs f16 or bf16 KV (its default: f16); --model serves a\n"
-                   "checkpoint (e.g. one written by chunkserve-make-tiny-model) instead of the\n"
+                   "checkpoint (a directory, e.g. one written by chunkserve-make-tiny-model, or a\n"
+                   ".gguf file) instead of the\n"
                    "built-in tiny model.\n";
       return 0;
     } else ok = false;

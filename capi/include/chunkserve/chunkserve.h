@@ -221,8 +221,9 @@ typedef struct chunkserve_engine chunkserve_engine_t;
 typedef struct chunkserve_engine_options {
   uint32_t struct_size;          /* sizeof(chunkserve_engine_options_t) the caller was built with */
   int32_t backend;               /* CHUNKSERVE_BACKEND_*; default CPU */
-  const char* model_path;        /* directory with config.json + safetensors, UTF-8, borrowed for
-                                    the call; NULL or "": the built-in tiny random-weight model
+  const char* model_path;        /* directory with config.json + safetensors, or a llama .gguf
+                                    file, UTF-8, borrowed for the call; NULL or "": the built-in
+                                    tiny random-weight model
                                     (vocab 1024), written to a temporary directory that the engine
                                     removes when destroyed */
   uint64_t kv_cache_bytes;       /* KV cache size; must hold >= 2 chunks. 0: default 256 MiB */

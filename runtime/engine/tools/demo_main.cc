@@ -6,6 +6,7 @@
 //
 //   chunkserve-demo                      built-in tiny model, defaults sized for ~1 minute on 2 cores
 //   chunkserve-demo --model DIR          a Llama-family model directory (config.json + safetensors)
+//                                        or a llama .gguf file
 //   chunkserve-demo --json               also print one JSON object per run
 //   chunkserve-demo --backend cuda       the CUDA backend (CUDA builds, one GPU; f16 KV)
 #include <unistd.h>
