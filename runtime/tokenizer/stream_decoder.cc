@@ -22,10 +22,21 @@ Result<std::string> StreamDecoder::Push(int32_t id) {
     return std::string();
   }
   std::string fresh = text.substr(window_text_.size());
-  // Slide the window: keep the last emitted token as context for the next decode.
-  ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(read_));
+  // Slide the window to start at the tokens just emitted, but only when they decode to some text:
+  // a Strip (or Metaspace) at the window's start then stops inside that context and cannot
+  // reach the next tokens' text, which it would not touch in the decode of the whole sequence.
+  // Context that decodes to nothing (skipped special tokens, a lone stripped space) keeps the
+  // window where it was.
+  std::vector<int32_t> slid(ids_.begin() + static_cast<std::ptrdiff_t>(read_), ids_.end());
+  CHUNKSERVE_ASSIGN_OR_RETURN(std::string slid_text,
+                              tokenizer_->Decode(slid, skip_special_tokens_));
+  if (!slid_text.empty()) {
+    ids_ = std::move(slid);
+    window_text_ = std::move(slid_text);
+  } else {
+    window_text_ = std::move(text);
+  }
   read_ = ids_.size();
-  CHUNKSERVE_ASSIGN_OR_RETURN(window_text_, tokenizer_->Decode(ids_, skip_special_tokens_));
   return fresh;
 }
 
