@@ -5,6 +5,15 @@ namespace {
 
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
 
+// A byte-fallback token "<0xNN>".
+bool IsByteToken(std::optional<std::string_view> text) {
+  if (!text || text->size() != 6 || !text->starts_with("<0x") || (*text)[5] != '>') return false;
+  const auto hex = [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F') || (c >= 'a' && c <= 'f');
+  };
+  return hex((*text)[3]) && hex((*text)[4]);
+}
+
 }  // namespace
 
 StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens)
@@ -16,16 +25,31 @@ Result<std::string> StreamDecoder::Push(int32_t id) {
                                    std::to_string(tokenizer_->vocab_size()) + ")");
   }
   ids_.push_back(id);
+  // ByteFallback decodes a run of byte tokens as a whole: valid UTF-8 as is, otherwise one U+FFFD
+  // per byte. A later byte token can still turn the run invalid, so nothing is emitted while the
+  // sequence ends in one.
+  if (IsByteToken(tokenizer_->TokenText(id))) return std::string();
   CHUNKSERVE_ASSIGN_OR_RETURN(std::string text, tokenizer_->Decode(ids_, skip_special_tokens_));
   if (text.size() <= window_text_.size() || !text.starts_with(window_text_) ||
       text.ends_with(kReplacement)) {
     return std::string();
   }
   std::string fresh = text.substr(window_text_.size());
-  // Slide the window: keep the last emitted token as context for the next decode.
-  ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(read_));
+  // Slide the window to start at the tokens just emitted, but only when they decode to some text:
+  // a Strip (or Metaspace) at the window's start then stops inside that context and cannot
+  // reach the next tokens' text, which it would not touch in the decode of the whole sequence.
+  // Context that decodes to nothing (skipped special tokens, a lone stripped space) keeps the
+  // window where it was.
+  std::vector<int32_t> slid(ids_.begin() + static_cast<std::ptrdiff_t>(read_), ids_.end());
+  CHUNKSERVE_ASSIGN_OR_RETURN(std::string slid_text,
+                              tokenizer_->Decode(slid, skip_special_tokens_));
+  if (!slid_text.empty()) {
+    ids_ = std::move(slid);
+    window_text_ = std::move(slid_text);
+  } else {
+    window_text_ = std::move(text);
+  }
   read_ = ids_.size();
-  CHUNKSERVE_ASSIGN_OR_RETURN(window_text_, tokenizer_->Decode(ids_, skip_special_tokens_));
   return fresh;
 }
 

@@ -8,8 +8,11 @@
 // emitted. On Push, decode the window with and without the new ids; the difference is new text,
 // unless it ends in U+FFFD, which may be a character whose remaining bytes are still to come: then
 // nothing is emitted and the window grows. Decoding the window rather than the whole sequence keeps
-// Push O(window); starting one token early makes position-dependent decoder steps (Strip of the
-// first space, Metaspace) act the same on both decodes, so the difference is exact.
+// Push O(window). After emitting, the window restarts at the tokens just emitted, when they decode
+// to non-empty text: position-dependent decoder steps (Strip of leading spaces, Metaspace's first
+// token) then act inside that context on both decodes, so the difference is exact. While the
+// sequence ends in a <0xNN> byte-fallback token nothing is emitted: HF's ByteFallback turns a
+// whole run of byte tokens into U+FFFDs when a later byte makes the run invalid.
 //
 // Thread safety: none; one StreamDecoder per sequence. It borrows the Tokenizer, which must
 // outlive it.

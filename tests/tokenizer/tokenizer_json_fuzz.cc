@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -22,8 +23,9 @@ constexpr std::string_view kText =
     "Hello, world! It's 12345 <|endoftext|> <s> \xe4\xbd\xa0\xe5\xa5\xbd \xf0\x9f\x98\x80\n\t x";
 
 // True when the document is plain byte-level BPE whose vocabulary has every byte character: no
-// normalizer, a ByteLevel pre-tokenizer (alone or in a Sequence) and no Split that removes text,
-// a ByteLevel decoder, and no added token that strips whitespace.
+// normalizer, a ByteLevel pre-tokenizer (alone or in a Sequence) that adds no prefix space and no
+// Split that removes text, a ByteLevel decoder, no added token that strips whitespace, and no id
+// given to two different strings.
 bool ExpectsRoundTrip(std::string_view data, const chunkserve::tokenizer::Tokenizer& t) {
   const auto j = nlohmann::json::parse(data, nullptr, false);
   if (!j.is_object()) return false;
@@ -35,20 +37,40 @@ bool ExpectsRoundTrip(std::string_view data, const chunkserve::tokenizer::Tokeni
   if (!j.contains("decoder") || type_of(j["decoder"]) != "ByteLevel") return false;
   if (!j.contains("pre_tokenizer")) return false;
   const auto& pre = j["pre_tokenizer"];
+  const auto adds_space = [](const nlohmann::json& p) {
+    return !p.contains("add_prefix_space") || p["add_prefix_space"] != false;
+  };
   bool byte_level = type_of(pre) == "ByteLevel";
+  if (byte_level && adds_space(pre)) return false;
   if (type_of(pre) == "Sequence") {
     if (!pre.contains("pretokenizers") || !pre["pretokenizers"].is_array()) return false;
     for (const auto& p : pre["pretokenizers"]) {
       const std::string type = type_of(p);
-      if (type == "ByteLevel") byte_level = true;
+      if (type == "ByteLevel") {
+        if (adds_space(p)) return false;
+        byte_level = true;
+      }
       if (type == "Split" && (!p.contains("behavior") || p["behavior"] == "Removed")) return false;
       if (type != "ByteLevel" && type != "Split" && type != "Digits") return false;
     }
   }
   if (!byte_level) return false;
+  std::map<int64_t, std::string> by_id;
+  if (!j.contains("model") || !j["model"].is_object() || !j["model"].contains("vocab") ||
+      !j["model"]["vocab"].is_object()) {
+    return false;
+  }
+  for (const auto& [text, id] : j["model"]["vocab"].items()) {
+    if (!id.is_number_integer() || !by_id.emplace(id.get<int64_t>(), text).second) return false;
+  }
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const auto& a : j["added_tokens"]) {
-      if (!a.is_object()) return false;
+      if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
+          !a.contains("content") || !a["content"].is_string()) {
+        return false;
+      }
+      const auto [it, inserted] = by_id.emplace(a["id"].get<int64_t>(), a["content"]);
+      if (!inserted && it->second != a["content"].get<std::string>()) return false;
       for (const char* key : {"lstrip", "rstrip"}) {
         if (a.contains(key) && a[key] != false) return false;
       }
