@@ -1,6 +1,6 @@
 // chunkserve-router: prefix-aware router in front of chunkserve-worker processes; see
 // router/README.md.
-#include <asio.hpp>
+#include "runtime/wire/asio.h"
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -8,6 +8,7 @@
 #include "router/membership.h"
 #include "router/server.h"
 #include "runtime/base/status.h"
+#include "runtime/openai/api_flags.h"
 #include "runtime/wire/server_flags.h"
 
 namespace chunkserve::router {
@@ -53,12 +54,14 @@ constexpr char kUsage[] =
 int Main(int argc, char** argv) {
   RouterOptions options;
   wire::ServerFlags server_flags;
+  openai::ApiFlags api_flags;
   server_flags.idle_timeout_ms = 60000;  // clients: the C client sends a HealthRequest every 5 s
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
       std::fputs(kUsage, stdout);
       std::fputs(wire::ServerFlagsUsage(), stdout);
+      std::fputs(openai::ApiFlagsUsage(), stdout);
       return 0;
     }
     if (i + 1 >= argc) {
@@ -115,6 +118,11 @@ int Main(int argc, char** argv) {
     } else if (flag == "--link-idle-timeout-ms") {
       ok = ParseInt(value, 50, 86400000, &n);
       options.link_idle_timeout = std::chrono::milliseconds(n);
+    } else if (openai::IsApiFlag(flag)) {
+      if (Status s = openai::ParseApiFlag(flag, value, &api_flags); !s.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+        return 2;
+      }
     } else if (wire::IsServerFlag(flag)) {
       if (Status s = wire::ParseServerFlag(flag, value, &server_flags); !s.ok()) {
         std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
@@ -139,6 +147,13 @@ int Main(int argc, char** argv) {
   options.cluster_secret = connections.value().cluster_secret;
   options.tls_client = connections.value().tls.client;
   options.max_connections = connections.value().max_connections;
+  Result<openai::ApiSetup> api = openai::MakeApiSetup(api_flags, "");
+  if (!api.ok()) {
+    std::fprintf(stderr, "chunkserve-router: %s\n", api.status().ToString().c_str());
+    return 2;
+  }
+  options.model_text = api.value().model_text;
+  options.api_key = api.value().api_key;
   if (options.link_idle_timeout <= options.keepalive) {
     std::fprintf(stderr, "--link-idle-timeout-ms must exceed --keepalive-ms\n");
     return 2;

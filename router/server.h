@@ -49,7 +49,7 @@
 #ifndef CHUNKSERVE_ROUTER_SERVER_H_
 #define CHUNKSERVE_ROUTER_SERVER_H_
 
-#include <asio.hpp>
+#include "runtime/wire/asio.h"
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -60,6 +60,7 @@
 #include "router/membership.h"
 #include "router/routing.h"
 #include "runtime/base/status.h"
+#include "runtime/tokenizer/model_text.h"
 #include "runtime/wire/connection.h"
 
 namespace chunkserve::router {
@@ -85,6 +86,11 @@ struct RouterOptions {
   std::chrono::milliseconds link_idle_timeout{5000};  // data and control links: dead when silent
   std::chrono::milliseconds first_token_timeout{120000};  // 0: none
   LivenessOptions liveness;
+  // The OpenAI API on the HTTP port (null: the probes only): the model's tokenizer, chat template,
+  // EOS ids and name, and the key HTTP clients present (empty: none). Text is tokenized here and
+  // routed by its token ids.
+  std::shared_ptr<const tokenizer::ModelText> model_text;
+  std::string api_key;
 };
 
 class RouterServer {

@@ -26,7 +26,8 @@
 #include "runtime/kvcache/chunk_hash.h"
 #include "runtime/wire/client_protocol.h"
 #include "runtime/wire/framing.h"
-#include "runtime/wire/http_probe.h"
+#include "runtime/http/server.h"
+#include "runtime/openai/front_door.h"
 #include "runtime/wire/listen.h"
 #include "runtime/wire/messages.h"
 
@@ -108,6 +109,10 @@ class Server final : public RouterServer {
         check_timer_(io),
         shutdown_timer_(io),
         liveness_(options.liveness) {}
+  ~Server() override {
+    if (gateway_ != nullptr) gateway_->Stop();
+    if (http_ != nullptr) http_->Stop();
+  }
 
   Status Init();
 
@@ -219,7 +224,7 @@ class Server final : public RouterServer {
   bool Ready() const { return !shutting_down_ && workers_alive() > 0; }
 
   // /livez: the process answers; /readyz: see Ready(); /metrics: Prometheus text.
-  wire::HttpReply Probe(const std::string& path);
+  http::Reply Probe(const std::string& path);
 
   std::string Metrics();
 
@@ -229,6 +234,8 @@ class Server final : public RouterServer {
   std::unique_ptr<RouterCore> core_;
   asio::ip::tcp::acceptor acceptor_;
   asio::ip::tcp::acceptor http_acceptor_;
+  std::shared_ptr<http::HttpServer> http_;
+  std::shared_ptr<openai::Gateway> gateway_;
   asio::steady_timer lease_timer_;
   asio::steady_timer check_timer_;
   asio::steady_timer shutdown_timer_;

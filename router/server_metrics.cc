@@ -20,14 +20,14 @@ std::string Label(const std::string& v) {
 
 }  // namespace
 
-wire::HttpReply Server::Probe(const std::string& path) {
-  if (path == "/livez") return {200, "text/plain", "ok\n"};
+http::Reply Server::Probe(const std::string& path) {
+  if (path == "/livez") return {200, "text/plain", "ok\n", {}};
   if (path == "/readyz") {
-    if (Ready()) return {200, "text/plain", "ready\n"};
-    return {503, "text/plain", shutting_down_ ? "shutting down\n" : "no worker alive\n"};
+    if (Ready()) return {200, "text/plain", "ready\n", {}};
+    return {503, "text/plain", shutting_down_ ? "shutting down\n" : "no worker alive\n", {}};
   }
-  if (path == "/metrics") return {200, "text/plain; version=0.0.4", Metrics()};
-  return {404, "text/plain", "not found\n"};
+  if (path == "/metrics") return {200, "text/plain; version=0.0.4", Metrics(), {}};
+  return {404, "text/plain", "not found\n", {}};
 }
 
 std::string Server::Metrics() {

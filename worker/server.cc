@@ -15,10 +15,11 @@
 #include <vector>
 
 #include "runtime/base/logging.h"
+#include "runtime/http/server.h"
 #include "runtime/kvcache/chunk_hash.h"
+#include "runtime/openai/front_door.h"
 #include "runtime/wire/client_protocol.h"
 #include "runtime/wire/framing.h"
-#include "runtime/wire/http_probe.h"
 #include "runtime/wire/listen.h"
 #include "runtime/wire/messages.h"
 #include "worker/metrics.h"
@@ -49,6 +50,8 @@ class Server final : public WorkerServer {
         soon_timer_(io) {}
 
   ~Server() override {
+    if (gateway_ != nullptr) gateway_->Stop();
+    if (http_ != nullptr) http_->Stop();
     if (engine_) {
       engine_->SetKvEventCallback(nullptr);
       engine_->Shutdown(engine::ShutdownMode::kAbort);
@@ -72,7 +75,15 @@ class Server final : public WorkerServer {
   void Start() {
     Accept();
     if (http_acceptor_.is_open()) {
-      wire::ServeHttp(http_acceptor_, [this](const std::string& path) { return Probe(path); });
+      if (options_.model_text != nullptr) {
+        gateway_ = openai::Gateway::Create(
+            io_, openai::GatewayOptionsFor(*options_.model_text, options_.listen_host, port(),
+                                           options_.connection, options_.tls_client,
+                                           options_.api_key));
+      }
+      http_ = http::HttpServer::Start(
+          http_acceptor_, {},
+          openai::FrontDoorHandler(gateway_, [this](const std::string& path) { return Probe(path); }));
     }
     for (auto& link : links_) ConnectRouter(link.get());
     if (!links_.empty()) ScheduleLoadReports();
@@ -617,18 +628,19 @@ class Server final : public WorkerServer {
   }
 
   // /livez: the process answers; /readyz: see Ready(); /metrics: Prometheus text.
-  wire::HttpReply Probe(const std::string& path) {
-    if (path == "/livez") return {200, "text/plain", "ok\n"};
+  http::Reply Probe(const std::string& path) {
+    if (path == "/livez") return {200, "text/plain", "ok\n", {}};
     if (path == "/readyz") {
-      if (Ready()) return {200, "text/plain", "ready\n"};
-      return {503, "text/plain", draining_ ? "draining\n" : "not ready\n"};
+      if (Ready()) return {200, "text/plain", "ready\n", {}};
+      return {503, "text/plain", draining_ ? "draining\n" : "not ready\n", {}};
     }
     if (path == "/metrics") {
       return {200, "text/plain; version=0.0.4",
               metrics_.Render(engine_->Stats(), Ready(), draining_,
-                              static_cast<int64_t>(sessions_.size()))};
+                              static_cast<int64_t>(sessions_.size())),
+              {}};
     }
-    return {404, "text/plain", "not found\n"};
+    return {404, "text/plain", "not found\n", {}};
   }
 
   // --- drain ----------------------------------------------------------------------------------
@@ -661,6 +673,8 @@ class Server final : public WorkerServer {
     }
     asio::error_code ignored;
     http_acceptor_.close(ignored);
+    if (gateway_ != nullptr) gateway_->Stop();
+    if (http_ != nullptr) http_->Stop();
     for (auto& [id, s] : sessions_) s->connection->Close(Status::Unavailable("worker drained"));
     if (drain_done_) drain_done_();
   }
@@ -674,6 +688,8 @@ class Server final : public WorkerServer {
   const WorkerOptions options_;
   asio::ip::tcp::acceptor acceptor_;
   asio::ip::tcp::acceptor http_acceptor_;
+  std::shared_ptr<http::HttpServer> http_;
+  std::shared_ptr<openai::Gateway> gateway_;
   asio::steady_timer drain_timer_;
   std::unique_ptr<engine::Engine> engine_;
   uint64_t generation_ = 0;

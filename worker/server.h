@@ -5,7 +5,7 @@
 // chunkserve.capnp); tokens are streamed as the engine produces them. A closed connection
 // cancels that connection's requests. Admission is bounded by the engine's queue: beyond it a
 // Generate gets a retryable Error (resourceExhausted, "overloaded"). The HTTP listener answers
-// GET /metrics, /livez and /readyz.
+// GET /metrics, /livez and /readyz and, with `model_text`, the OpenAI API (runtime/openai).
 //
 // Drain: BeginDrain flips readiness, refuses new requests (retryable unavailable), waits for
 // in-flight requests up to the drain deadline (then aborts them with unavailable), flushes the
@@ -19,7 +19,7 @@
 #ifndef CHUNKSERVE_WORKER_SERVER_H_
 #define CHUNKSERVE_WORKER_SERVER_H_
 
-#include <asio.hpp>
+#include "runtime/wire/asio.h"
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -29,6 +29,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/engine/engine.h"
+#include "runtime/tokenizer/model_text.h"
 #include "runtime/wire/connection.h"
 
 namespace chunkserve::worker {
@@ -39,6 +40,10 @@ struct WorkerOptions {
   std::string http_host = "127.0.0.1";
   int32_t http_port = -1;  // -1: no HTTP listener; 0: ephemeral
   engine::EngineOptions engine;
+  // The OpenAI API on the HTTP port: the model's tokenizer, chat template, EOS ids and name
+  // (null: no API, the probes only), and the key its clients present (empty: none).
+  std::shared_ptr<const tokenizer::ModelText> model_text;
+  std::string api_key;
   std::string worker_id = "worker";
   std::chrono::milliseconds drain_timeout{30000};
   // Accepted connections (clients, routers' data links): limits, deadlines, the byte budget and,

@@ -1,12 +1,13 @@
 // chunkserve-worker: serves one Engine over the wire protocol; see worker/README.md.
 #include <algorithm>
-#include <asio.hpp>
+#include "runtime/wire/asio.h"
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
 
 #include "runtime/base/status.h"
+#include "runtime/openai/api_flags.h"
 #include "runtime/wire/server_flags.h"
 #include "worker/server.h"
 #include "worker/tp_group.h"
@@ -52,11 +53,13 @@ int Main(int argc, char** argv) {
   bool tp_comm_given = false, kv_dtype_given = false;
   WorkerOptions options;
   wire::ServerFlags server_flags;
+  openai::ApiFlags api_flags;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
       std::fputs(kUsage, stdout);
       std::fputs(wire::ServerFlagsUsage(), stdout);
+      std::fputs(openai::ApiFlagsUsage(), stdout);
       return 0;
     }
     if (i + 1 >= argc) {
@@ -89,6 +92,11 @@ int Main(int argc, char** argv) {
     } else if (flag == "--drain-timeout-ms") {
       ok = ParseInt(value, 0, 3600000, &n);
       options.drain_timeout = std::chrono::milliseconds(n);
+    } else if (openai::IsApiFlag(flag)) {
+      if (Status s = openai::ParseApiFlag(flag, value, &api_flags); !s.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+        return 2;
+      }
     } else if (wire::IsServerFlag(flag)) {
       if (Status s = wire::ParseServerFlag(flag, value, &server_flags); !s.ok()) {
         std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
@@ -152,6 +160,13 @@ int Main(int argc, char** argv) {
   options.cluster_secret = connections.value().cluster_secret;
   options.tls_client = connections.value().tls.client;
   options.max_connections = connections.value().max_connections;
+  Result<openai::ApiSetup> api = openai::MakeApiSetup(api_flags, options.engine.model_dir);
+  if (!api.ok()) {
+    std::fprintf(stderr, "chunkserve-worker: %s\n", api.status().ToString().c_str());
+    return 2;
+  }
+  options.model_text = api.value().model_text;
+  options.api_key = api.value().api_key;
 
   const bool cuda = options.engine.backend == engine::BackendKind::kCuda;
   if (cuda && !kv_dtype_given) options.engine.kv_dtype = kernels::DType::kF16;

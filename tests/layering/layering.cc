@@ -56,11 +56,15 @@ const std::vector<Rule>& Rules() {
       {"runtime/", {"kernels/", "runtime/"}, {"cuda", "capnp", "asio", "gloo", "nccl", "openssl"}},
       {"runtime/backend/", {"kernels/", "runtime/"}, {"capnp", "asio", "gloo", "nccl", "openssl"}},
       {"runtime/wire/", {"kernels/", "runtime/"}, {"cuda", "gloo", "nccl"}},
+      // HTTP (Boost.Beast on the wire layer's Asio) and the OpenAI API on top of it.
+      {"runtime/http/", {"runtime/"}, {"cuda", "capnp", "gloo", "nccl", "openssl"}},
+      {"runtime/openai/", {"runtime/"}, {"cuda", "capnp", "gloo", "nccl", "openssl"}},
       // Tensor parallelism: the communicators are the one place for Gloo and NCCL.
       {"runtime/parallel/", {"kernels/", "runtime/"}, {"capnp", "asio", "openssl"}},
       // Router: never CUDA, never kernels; only the runtime pieces that describe prefixes and wire.
       {"router/",
-       {"router/", "runtime/base/", "runtime/kvcache/", "runtime/wire/"},
+       {"router/", "runtime/base/", "runtime/kvcache/", "runtime/wire/", "runtime/http/",
+        "runtime/openai/", "runtime/tokenizer/"},
        {"cuda", "nccl", "gloo", "blas", "openssl"}},
       {"worker/", {"worker/", "runtime/"}, {"openssl"}},
       {"capi/", {"capi/", "runtime/", "router/"}, {"cuda", "nccl", "gloo", "openssl"}},
@@ -82,7 +86,10 @@ std::string IncludeFamily(const std::string& inc) {
   if (StartsWith(inc, "nccl")) return "nccl";
   if (StartsWith(inc, "gloo/")) return "gloo";
   if (StartsWith(inc, "capnp/") || StartsWith(inc, "kj/")) return "capnp";
-  if (inc == "asio.hpp" || StartsWith(inc, "asio/")) return "asio";
+  if (inc == "asio.hpp" || StartsWith(inc, "asio/") || StartsWith(inc, "boost/asio") ||
+      StartsWith(inc, "boost/beast") || StartsWith(inc, "boost/system")) {
+    return "asio";
+  }
   if (StartsWith(inc, "glog/")) return "glog";
   if (StartsWith(inc, "openssl/")) return "openssl";
   if (inc == "cblas.h" || StartsWith(inc, "openblas")) return "blas";

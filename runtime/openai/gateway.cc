@@ -1,0 +1,554 @@
+#include "runtime/openai/gateway.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <ctime>
+#include <deque>
+#include <random>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "runtime/base/logging.h"
+#include "runtime/openai/protocol.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "runtime/wire/client_protocol.h"
+#include "runtime/wire/connection.h"
+#include "runtime/wire/messages.h"
+
+namespace chunkserve::openai {
+namespace {
+
+using wire::schema::Envelope;
+
+const char* ErrorType(int http_status) {
+  switch (http_status) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 404: return "not_found_error";
+    case 429: return "rate_limit_error";
+    default: return http_status >= 500 ? "server_error" : "invalid_request_error";
+  }
+}
+
+http::Reply ErrorReply(int status, std::string_view message, std::string_view code = "") {
+  http::Reply r{status, "application/json", http::ErrorBody(message, ErrorType(status), code), {}};
+  if (status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+  if (status == 429 || status == 503) r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
+// One request through the gateway, from its HTTP request to its last byte.
+struct Call {
+  uint64_t id = 0;  // upstream request id
+  GenerationRequest request;
+  std::shared_ptr<http::Responder> responder;
+  std::unique_ptr<tokenizer::StreamDecoder> decoder;
+  std::unordered_set<TokenId> stop_ids;
+  Completion completion;
+  std::string text;      // all generated text so far (before any stop-string cut)
+  size_t emitted = 0;    // bytes of `text` already streamed
+  size_t max_stop = 0;   // longest stop string
+  bool stream_started = false;
+  bool sent_delta = false;  // chat: the first delta carries the role
+  bool done = false;
+};
+
+class GatewayImpl final : public Gateway, public std::enable_shared_from_this<GatewayImpl> {
+ public:
+  GatewayImpl(asio::io_context& io, GatewayOptions options)
+      : io_(io), options_(std::move(options)), rng_(std::random_device{}()) {}
+
+  bool Handle(http::Request& request, const std::shared_ptr<http::Responder>& responder) override {
+    if (request.path.rfind("/v1/", 0) != 0) return false;
+    if (!Authorized(request)) {
+      ++stats_.errors;
+      responder->Reply(ErrorReply(401, "a valid API key is required (Authorization: Bearer ...)",
+                                  "invalid_api_key"));
+      return true;
+    }
+    const bool get = request.method == "GET" || request.method == "HEAD";
+    if (request.path == "/v1/models") {
+      if (!get) return MethodNotAllowed(*responder), true;
+      responder->Reply({200, "application/json",
+                        RenderModels(options_.model.name, started_, options_.model.context_length),
+                        {}});
+      return true;
+    }
+    Endpoint endpoint;
+    if (request.path == "/v1/completions") {
+      endpoint = Endpoint::kCompletions;
+    } else if (request.path == "/v1/chat/completions") {
+      endpoint = Endpoint::kChat;
+    } else {
+      ++stats_.errors;
+      responder->Reply(ErrorReply(404, "no such endpoint: " + request.path, "not_found"));
+      return true;
+    }
+    if (request.method != "POST") return MethodNotAllowed(*responder), true;
+    Start(endpoint, request, responder);
+    return true;
+  }
+
+  void Stop() override {
+    stopped_ = true;
+    FailAll(Status::Unavailable("the server is shutting down"));
+    if (upstream_ != nullptr) upstream_->Close(Status::Unavailable("gateway stopped"));
+    upstream_.reset();
+  }
+
+  GatewayStats stats() const override {
+    GatewayStats s = stats_;
+    s.in_flight = calls_.size() + waiting_.size();
+    return s;
+  }
+
+ private:
+  bool Authorized(const http::Request& request) const {
+    if (options_.api_key.empty()) return true;
+    // Constant time in the key's bytes, so timing does not tell how much of a guess was right.
+    const std::string expected = "Bearer " + options_.api_key;
+    if (request.authorization.size() != expected.size()) return false;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      diff |= static_cast<unsigned char>(request.authorization[i] ^ expected[i]);
+    }
+    return diff == 0;
+  }
+
+  void MethodNotAllowed(http::Responder& responder) {
+    ++stats_.errors;
+    responder.Reply(ErrorReply(405, "method not allowed", "method_not_allowed"));
+  }
+
+  void Reject(http::Responder& responder, int status, std::string_view message,
+              std::string_view code = "") {
+    ++stats_.errors;
+    responder.Reply(ErrorReply(status, message, code));
+  }
+
+  // Parses, tokenizes and sends one request upstream.
+  void Start(Endpoint endpoint, const http::Request& http_request,
+             const std::shared_ptr<http::Responder>& responder) {
+    if (stopped_) return Reject(*responder, 503, "the server is shutting down", "unavailable");
+    std::string param;
+    Result<GenerationRequest> parsed =
+        ParseGenerationRequest(endpoint, http_request.body, &param);
+    if (!parsed.ok()) {
+      ++stats_.errors;
+      http::Reply r = ErrorReply(400, parsed.status().message(), "invalid_request");
+      r.body = http::ErrorBody(parsed.status().message(), "invalid_request_error",
+                               "invalid_request", param);
+      return responder->Reply(std::move(r));
+    }
+    GenerationRequest req = std::move(parsed).value();
+    const tokenizer::ModelText& model = options_.model;
+    if (!req.model.empty() && req.model != model.name) {
+      return Reject(*responder, 404, "the model `" + req.model + "` does not exist; this server serves `" +
+                                          model.name + "`", "model_not_found");
+    }
+    if (calls_.size() + waiting_.size() >= options_.max_in_flight) {
+      return Reject(*responder, 429, "too many requests in flight", "overloaded");
+    }
+
+    // Token ids of the prompt.
+    std::vector<TokenId> prompt;
+    if (endpoint == Endpoint::kChat) {
+      if (model.chat_template == nullptr) {
+        return Reject(*responder, 400, "this model has no chat template; use /v1/completions",
+                      "no_chat_template");
+      }
+      std::vector<tokenizer::ChatMessage> messages;
+      for (const ChatMessage& m : req.messages) messages.push_back({m.role, m.content});
+      Result<std::string> text = model.chat_template->Render(messages, true);
+      if (!text.ok()) return Reject(*responder, 400, text.status().message(), "invalid_request");
+      Result<std::vector<int32_t>> ids = model.tokenizer->Encode(*text, false);
+      if (!ids.ok()) return Reject(*responder, 400, ids.status().message(), "invalid_request");
+      prompt.assign(ids->begin(), ids->end());
+    } else if (req.prompt_text.has_value()) {
+      Result<std::vector<int32_t>> ids = model.tokenizer->Encode(*req.prompt_text, true);
+      if (!ids.ok()) return Reject(*responder, 400, ids.status().message(), "invalid_request");
+      prompt.assign(ids->begin(), ids->end());
+    } else {
+      for (TokenId t : req.prompt_ids) {
+        if (t >= model.tokenizer->vocab_size()) {
+          return Reject(*responder, 400, "prompt token id " + std::to_string(t) +
+                                             " is outside the vocabulary", "invalid_request");
+        }
+      }
+      prompt = req.prompt_ids;
+    }
+    if (prompt.empty()) return Reject(*responder, 400, "the prompt is empty", "invalid_request");
+    const int64_t context = model.context_length;
+    const int64_t room = context - static_cast<int64_t>(prompt.size());
+    if (room < 1) {
+      return Reject(*responder, 400, "the prompt is " + std::to_string(prompt.size()) +
+                                         " tokens; this model's context is " +
+                                         std::to_string(context) + " tokens",
+                    "context_length_exceeded");
+    }
+    if (req.max_tokens.has_value() && *req.max_tokens > room) {
+      return Reject(*responder, 400, "the prompt (" + std::to_string(prompt.size()) +
+                                         " tokens) plus max_tokens (" +
+                                         std::to_string(*req.max_tokens) +
+                                         ") exceeds this model's context of " +
+                                         std::to_string(context) + " tokens",
+                    "context_length_exceeded");
+    }
+
+    auto call = std::make_shared<Call>();
+    call->id = next_id_++;
+    call->responder = responder;
+    call->decoder = std::make_unique<tokenizer::StreamDecoder>(*model.tokenizer, true);
+    call->completion.id = (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + RandomId();
+    call->completion.created = static_cast<int64_t>(std::time(nullptr));
+    call->completion.model = model.name;
+    call->completion.usage.prompt_tokens = static_cast<int32_t>(prompt.size());
+    for (const std::string& s : req.stop) call->max_stop = std::max(call->max_stop, s.size());
+
+    wire::GenerateMessage g;
+    g.request_id = call->id;
+    g.prompt = std::move(prompt);
+    g.max_new_tokens = req.max_tokens.value_or(static_cast<int32_t>(room));
+    if (req.temperature > 0) {
+      g.sampling = wire::SamplingMessage{req.temperature, req.top_k, req.top_p,
+                                         req.seed.has_value() ? *req.seed : rng_()};
+    }
+    if (!req.ignore_eos) {
+      for (TokenId t : model.eos_ids) call->stop_ids.insert(t);
+    }
+    for (TokenId t : req.stop_token_ids) call->stop_ids.insert(t);
+    g.stop_tokens.assign(call->stop_ids.begin(), call->stop_ids.end());
+    std::sort(g.stop_tokens.begin(), g.stop_tokens.end());
+    g.deadline_ms = static_cast<uint32_t>(
+        std::min<int64_t>(options_.request_timeout.count(), UINT32_MAX));
+    call->request = std::move(req);
+    ++stats_.requests;
+    stats_.prompt_tokens += g.prompt.size();
+
+    std::weak_ptr<GatewayImpl> weak = shared_from_this();
+    responder->OnClose([weak, id = call->id] {
+      if (auto self = weak.lock()) self->OnClientGone(id);
+    });
+    std::vector<uint8_t> frame = wire::EncodeGenerate(g);
+    if (upstream_ != nullptr && upstream_->established()) {
+      calls_[call->id] = call;
+      SendOrFail(call, std::move(frame));
+    } else {
+      waiting_.push_back({call, std::move(frame)});
+      Connect();
+    }
+  }
+
+  void SendOrFail(const std::shared_ptr<Call>& call, std::vector<uint8_t> frame) {
+    Status s = upstream_->SendBytes(std::move(frame));
+    if (!s.ok()) End(*call, Status::ResourceExhausted("the server is overloaded: " + std::string(s.message())));
+  }
+
+  // --- the upstream link --------------------------------------------------------------------
+
+  void Connect() {
+    if (connecting_ || stopped_) return;
+    connecting_ = true;
+    auto socket = std::make_shared<asio::ip::tcp::socket>(io_);
+    asio::error_code ec;
+    const auto address = asio::ip::make_address(options_.upstream_host, ec);
+    if (ec) {
+      connecting_ = false;
+      return FailWaiting(Status::Internal("gateway upstream host is not an address: " +
+                                          options_.upstream_host));
+    }
+    std::weak_ptr<GatewayImpl> weak = shared_from_this();
+    socket->async_connect(
+        asio::ip::tcp::endpoint(address, options_.upstream_port),
+        [weak, socket](const asio::error_code& e) {
+          auto self = weak.lock();
+          if (self == nullptr) return;
+          self->connecting_ = false;
+          if (e || self->stopped_) {
+            return self->FailWaiting(Status::Unavailable("cannot reach the serving port: " +
+                                                         e.message()));
+          }
+          self->OnConnected(std::move(*socket));
+        });
+  }
+
+  void OnConnected(asio::ip::tcp::socket socket) {
+    asio::error_code ignored;
+    socket.set_option(asio::ip::tcp::no_delay(true), ignored);
+    wire::ConnectionOptions o;
+    o.keepalive_interval = std::chrono::seconds(5);  // the server closes idle clients
+    o.client_auth = options_.upstream_auth;
+    o.tls = options_.upstream_tls;
+    o.tls_host = options_.upstream_tls_host;
+    auto connection = wire::Connection::Create(std::move(socket), o);
+    upstream_ = connection;
+    std::weak_ptr<GatewayImpl> weak = shared_from_this();
+    connection->Start(
+        [weak](wire::DecodedMessage& m) {
+          if (auto self = weak.lock()) self->OnUpstream(m);
+        },
+        [weak, raw = connection.get()](const Status& reason) {
+          if (auto self = weak.lock()) self->OnUpstreamClosed(raw, reason);
+        });
+    // Frames queued before the TLS handshake or the authentication are held by the connection.
+    auto waiting = std::move(waiting_);
+    waiting_.clear();
+    for (auto& [call, frame] : waiting) {
+      if (call->done) continue;
+      calls_[call->id] = call;
+      SendOrFail(call, std::move(frame));
+    }
+  }
+
+  void OnUpstreamClosed(wire::Connection* which, const Status& reason) {
+    if (upstream_.get() != which) return;
+    upstream_.reset();
+    FailAll(Status::Unavailable("the serving port closed the gateway's link" +
+                                (reason.ok() ? std::string() : ": " + std::string(reason.message()))));
+  }
+
+  void OnUpstream(wire::DecodedMessage& message) {
+    Envelope::Reader root = message.root();
+    switch (root.which()) {
+      case Envelope::TOKEN: {
+        Result<wire::TokenMessage> t = wire::DecodeToken(root.getToken());
+        if (!t.ok()) return;
+        if (auto call = Find(t->request_id)) OnToken(*call, t->token);
+        return;
+      }
+      case Envelope::FINISH: {
+        const wire::FinishMessage f = wire::DecodeFinish(root.getFinish());
+        if (auto call = Find(f.request_id)) OnFinish(*call, f);
+        return;
+      }
+      case Envelope::ERROR: {
+        auto e = root.getError();
+        const auto code = static_cast<StatusCode>(static_cast<int>(e.getCode()));
+        const Status status(code, e.getMessage().cStr());
+        if (e.getRequestId() == 0) {
+          LOG(WARNING) << "gateway: the serving port says: " << status.ToString();
+          return;
+        }
+        if (auto call = Find(e.getRequestId())) End(*call, status);
+        return;
+      }
+      default:
+        return;  // health answers and newer members
+    }
+  }
+
+  std::shared_ptr<Call> Find(uint64_t id) {
+    auto it = calls_.find(id);
+    return it == calls_.end() ? nullptr : it->second;
+  }
+
+  // --- text out -----------------------------------------------------------------------------
+
+  void OnToken(Call& call, TokenId token) {
+    ++call.completion.usage.completion_tokens;
+    if (call.stop_ids.count(token) != 0) return;  // the stop token ends it; it is not shown
+    Result<std::string> piece = call.decoder->Push(token);
+    if (!piece.ok()) {
+      Cancel(call);
+      return End(call, Status::Internal("detokenizing: " + std::string(piece.status().message())));
+    }
+    if (piece->empty()) return;
+    call.text += *piece;
+    if (CheckStop(call)) {
+      Cancel(call);
+      call.completion.finish_reason = "stop";
+      return Complete(call);
+    }
+    if (call.request.stream) Emit(call, SafeEnd(call));
+  }
+
+  void OnFinish(Call& call, const wire::FinishMessage& f) {
+    call.completion.usage.prompt_tokens = f.prompt_tokens;
+    call.completion.usage.cached_tokens = f.cached_tokens;
+    call.completion.usage.completion_tokens = f.generated_tokens;
+    switch (f.reason) {
+      case FinishReason::kStopToken:
+      case FinishReason::kLength: {
+        call.text += call.decoder->Flush();
+        const bool cut = CheckStop(call);
+        call.completion.finish_reason =
+            cut || f.reason == FinishReason::kStopToken ? "stop" : "length";
+        return Complete(call);
+      }
+      case FinishReason::kDeadline:
+        return End(call, Status::DeadlineExceeded("the request's deadline passed"));
+      case FinishReason::kCancelled:
+        return End(call, Status::Cancelled("the request was cancelled"));
+      case FinishReason::kUnavailable:
+        return End(call, f.error.ok() ? Status::Unavailable("the serving side went away") : f.error);
+      case FinishReason::kError:
+      default:
+        return End(call, f.error.ok() ? Status::Internal("the request failed") : f.error);
+    }
+  }
+
+  // Cuts `text` at the first stop string (true when one was found).
+  bool CheckStop(Call& call) {
+    if (call.request.stop.empty()) return false;
+    const size_t from = call.emitted > call.max_stop ? call.emitted - call.max_stop : 0;
+    size_t cut = std::string::npos;
+    for (const std::string& s : call.request.stop) {
+      const size_t at = call.text.find(s, from);
+      if (at != std::string::npos) cut = std::min(cut, at);
+    }
+    if (cut == std::string::npos) return false;
+    call.text.resize(std::max(cut, call.emitted));
+    return true;
+  }
+
+  // How much of `text` can be streamed: all but a tail that could still grow into a stop string.
+  static size_t SafeEnd(const Call& call) {
+    size_t hold = 0;
+    for (const std::string& s : call.request.stop) {
+      for (size_t k = std::min(s.size() - 1, call.text.size()); k > hold; --k) {
+        if (call.text.compare(call.text.size() - k, k, s, 0, k) == 0) {
+          hold = k;
+          break;
+        }
+      }
+    }
+    size_t end = call.text.size() - hold;
+    // Never split a UTF-8 character (a held-back tail may end inside one).
+    while (end > call.emitted && end < call.text.size() &&
+           (static_cast<unsigned char>(call.text[end]) & 0xC0) == 0x80) {
+      --end;
+    }
+    return std::max(end, call.emitted);
+  }
+
+  void Emit(Call& call, size_t end) {
+    if (end <= call.emitted) return;
+    StartStream(call);
+    const std::string_view piece(call.text.data() + call.emitted, end - call.emitted);
+    call.responder->Write(RenderStreamDelta(call.request.endpoint, call.completion, piece,
+                                            !call.sent_delta));
+    call.sent_delta = true;
+    call.emitted = end;
+  }
+
+  void StartStream(Call& call) {
+    if (call.stream_started) return;
+    call.stream_started = true;
+    call.responder->StartStream(200, "text/event-stream");
+  }
+
+  // A successful end: the whole text (or the rest of the stream).
+  void Complete(Call& call) {
+    if (call.done) return;
+    call.done = true;
+    stats_.completion_tokens += call.completion.usage.completion_tokens;
+    const Endpoint e = call.request.endpoint;
+    if (call.request.stream) {
+      Emit(call, call.text.size());
+      StartStream(call);
+      if (!call.sent_delta && e == Endpoint::kChat) {
+        call.responder->Write(RenderStreamDelta(e, call.completion, "", true));
+      }
+      call.responder->Write(RenderStreamFinish(e, call.completion));
+      if (call.request.include_usage) {
+        call.responder->Write(RenderStreamUsage(e, call.completion));
+      }
+      call.responder->Write(std::string(kStreamDone));
+      call.responder->End();
+    } else {
+      call.completion.text = call.text;
+      call.responder->Reply({200, "application/json", RenderCompletion(e, call.completion), {}});
+    }
+    calls_.erase(call.id);
+  }
+
+  // A failed end.
+  void End(Call& call, const Status& status) {
+    if (call.done) return;
+    call.done = true;
+    ++stats_.errors;
+    const int http_status = HttpStatusFor(status.code());
+    const std::string code = std::string(StatusCodeName(status.code()));
+    if (call.stream_started) {
+      call.responder->Write(RenderStreamError(status.message(), ErrorType(http_status), code));
+      call.responder->Write(std::string(kStreamDone));
+      call.responder->End();
+    } else {
+      call.responder->Reply(ErrorReply(http_status, status.message(), code));
+    }
+    calls_.erase(call.id);
+  }
+
+  void Cancel(Call& call) {
+    if (upstream_ != nullptr) (void)upstream_->SendBytes(wire::EncodeCancel(call.id));
+  }
+
+  void OnClientGone(uint64_t id) {
+    auto it = calls_.find(id);
+    if (it != calls_.end()) {
+      ++stats_.disconnects;
+      it->second->done = true;
+      Cancel(*it->second);
+      calls_.erase(it);
+      return;
+    }
+    for (auto& [call, frame] : waiting_) {
+      if (call->id == id) call->done = true;  // never sent
+    }
+  }
+
+  void FailWaiting(const Status& status) {
+    auto waiting = std::move(waiting_);
+    waiting_.clear();
+    for (auto& [call, frame] : waiting) End(*call, status);
+  }
+
+  void FailAll(const Status& status) {
+    FailWaiting(status);
+    auto calls = std::move(calls_);
+    calls_.clear();
+    for (auto& [id, call] : calls) End(*call, status);
+  }
+
+  std::string RandomId() {
+    char buf[40];
+    std::snprintf(buf, sizeof(buf), "%016" PRIx64 "%08" PRIx64, rng_(), next_id_);
+    return buf;
+  }
+
+  asio::io_context& io_;
+  const GatewayOptions options_;
+  std::mt19937_64 rng_;
+  const int64_t started_ = static_cast<int64_t>(std::time(nullptr));
+  std::shared_ptr<wire::Connection> upstream_;
+  bool connecting_ = false;
+  bool stopped_ = false;
+  uint64_t next_id_ = 1;
+  std::unordered_map<uint64_t, std::shared_ptr<Call>> calls_;  // sent upstream
+  std::deque<std::pair<std::shared_ptr<Call>, std::vector<uint8_t>>> waiting_;  // link not up yet
+  GatewayStats stats_;
+};
+
+}  // namespace
+
+int HttpStatusFor(StatusCode code) {
+  switch (code) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange:
+    case StatusCode::kFailedPrecondition: return 400;
+    case StatusCode::kUnauthenticated: return 401;
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kResourceExhausted: return 429;
+    case StatusCode::kCancelled: return 499;
+    case StatusCode::kUnavailable: return 503;
+    case StatusCode::kDeadlineExceeded: return 504;
+    default: return 500;
+  }
+}
+
+std::shared_ptr<Gateway> Gateway::Create(asio::io_context& io, GatewayOptions options) {
+  return std::make_shared<GatewayImpl>(io, std::move(options));
+}
+
+}  // namespace chunkserve::openai

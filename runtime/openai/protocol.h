@@ -1,0 +1,90 @@
+// The OpenAI-compatible API's messages: request bodies parsed and checked into plain values, and
+// response bodies rendered. Pure functions of their arguments (fuzzed: tests/openai).
+//
+// Requests (POST /v1/completions, POST /v1/chat/completions) accept what OpenAI documents for
+// n = 1: model, prompt (a string, one string in an array, token ids, or one array of token ids) or
+// messages (role + content as a string or text parts), max_tokens (chat also
+// max_completion_tokens), temperature, top_p, seed, stop (a string or up to 4), stream,
+// stream_options.include_usage; and the extensions vLLM established: top_k, stop_token_ids,
+// ignore_eos. Fields that would change the output in ways not implemented (n > 1, best_of > 1,
+// echo, suffix, logprobs, logit_bias, non-zero penalties, tools) are refused with
+// InvalidArgument naming the field, never ignored. Unknown fields are ignored, as OpenAI does.
+#ifndef CHUNKSERVE_RUNTIME_OPENAI_PROTOCOL_H_
+#define CHUNKSERVE_RUNTIME_OPENAI_PROTOCOL_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/base/ids.h"
+#include "runtime/base/status.h"
+
+namespace chunkserve::openai {
+
+struct ChatMessage {
+  std::string role;  // system, user, assistant
+  std::string content;
+};
+
+enum class Endpoint { kCompletions, kChat };
+
+struct GenerationRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;  // may be empty
+  // Completions: the prompt as text, or as token ids when given so.
+  std::optional<std::string> prompt_text;
+  std::vector<TokenId> prompt_ids;
+  // Chat.
+  std::vector<ChatMessage> messages;
+
+  std::optional<int32_t> max_tokens;  // absent: what the context leaves
+  float temperature = 1.0f;           // OpenAI's default
+  float top_p = 1.0f;
+  int32_t top_k = 0;                  // 0: no limit
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;      // stop strings
+  std::vector<TokenId> stop_token_ids;
+  bool ignore_eos = false;
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage
+};
+
+// Parses and checks a request body. InvalidArgument names the field; `error_param` (when given)
+// receives it alone, for OpenAI's error "param".
+Result<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, std::string_view body,
+                                                 std::string* error_param = nullptr);
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;
+};
+
+// "stop" or "length" (OpenAI's finish_reason values).
+struct Completion {
+  std::string id;       // "cmpl-..." or "chatcmpl-..."
+  int64_t created = 0;  // Unix seconds
+  std::string model;
+  std::string text;
+  std::string finish_reason;
+  Usage usage;
+};
+
+std::string RenderCompletion(Endpoint endpoint, const Completion& c);
+// One server-sent event ("data: {...}\n\n"): a chunk of text (chat: the first one also carries
+// the role), the last one with the finish reason, the usage chunk, and the end marker.
+std::string RenderStreamDelta(Endpoint endpoint, const Completion& c, std::string_view text,
+                              bool first);
+std::string RenderStreamFinish(Endpoint endpoint, const Completion& c);
+std::string RenderStreamUsage(Endpoint endpoint, const Completion& c);
+std::string RenderStreamError(std::string_view message, std::string_view type,
+                              std::string_view code);
+inline constexpr std::string_view kStreamDone = "data: [DONE]\n\n";
+
+std::string RenderModels(std::string_view model, int64_t created, int32_t max_model_len);
+
+}  // namespace chunkserve::openai
+
+#endif  // CHUNKSERVE_RUNTIME_OPENAI_PROTOCOL_H_
