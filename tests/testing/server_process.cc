@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include "runtime/wire/asio.h"
+
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -112,21 +115,20 @@ Result<std::unique_ptr<wire::WireClient>> ServerProcess::Connect() {
 }
 
 Result<HttpResponse> HttpGet(uint16_t port, const std::string& path) {
+  namespace bhttp = boost::beast::http;
   try {
     asio::io_context io;
-    asio::ip::tcp::socket s(io);
-    s.connect({asio::ip::make_address("127.0.0.1"), port});
-    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
-    asio::write(s, asio::buffer(req));
-    std::string data;
-    asio::error_code ec;
-    asio::read(s, asio::dynamic_buffer(data), ec);  // until the server closes
-    HttpResponse r;
-    if (data.rfind("HTTP/1.1 ", 0) != 0) return Status::DataLoss("bad HTTP reply: " + data);
-    r.status = std::atoi(data.c_str() + 9);
-    const size_t body = data.find("\r\n\r\n");
-    if (body != std::string::npos) r.body = data.substr(body + 4);
-    return r;
+    boost::beast::tcp_stream s(io);
+    s.expires_after(std::chrono::seconds(30));
+    s.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+    bhttp::request<bhttp::empty_body> req(bhttp::verb::get, path, 11);
+    req.set(bhttp::field::host, "127.0.0.1");
+    req.keep_alive(false);
+    bhttp::write(s, req);
+    boost::beast::flat_buffer buffer;
+    bhttp::response<bhttp::string_body> res;
+    bhttp::read(s, buffer, res);
+    return HttpResponse{static_cast<int>(res.result_int()), std::move(res.body())};
   } catch (const std::exception& e) {
     return Status::Unavailable(e.what());
   }
