@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/base/logging.h"
 #include "runtime/model/gguf.h"
 #include "runtime/model/gguf_model.h"
 
@@ -80,6 +81,12 @@ Result<LoadedModel> LoadedModel::Load(const std::filesystem::path& dir,
     CHUNKSERVE_ASSIGN_OR_RETURN(store, GgufWeightStore(*file, config, options.gguf_dtype));
   } else {
     CHUNKSERVE_ASSIGN_OR_RETURN(config, LoadModelConfig(dir, options.config));
+    if (!config.ignored_fields.empty()) {
+      std::string names;
+      for (const std::string& f : config.ignored_fields) names += (names.empty() ? "" : ", ") + f;
+      LOG(INFO) << dir.string() << ": config.json fields not used by this runtime, ignored: "
+                << names;
+    }
     CHUNKSERVE_ASSIGN_OR_RETURN(store, WeightStore::Open(dir));
   }
   LoadedModel m(dir, std::move(config), std::move(*store));

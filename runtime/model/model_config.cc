@@ -75,6 +75,7 @@ constexpr std::string_view kHarmlessFields[] = {
     "torchscript",
     "transformers_version",
     "typical_p",
+    "unk_token_id",
     "use_bfloat16",
     "use_cache",
 };
@@ -401,6 +402,21 @@ Result<ModelConfig> ParseRoot(const Json& root, const ModelConfigOptions& option
     if (unknown.size() > 1) msg += " and " + std::to_string(unknown.size() - 1) + " more";
     msg += "; set ignore_unknown_fields to accept unknown fields";
     return Status::InvalidArgument(msg);
+  }
+  // Keys that would change the forward pass in ways this runtime does not implement: never
+  // ignored, whatever the options say.
+  for (const std::string& key : unknown) {
+    const Json& v = root[key];
+    const bool neutral =
+        v.is_null() || (key == "partial_rotary_factor" && v.is_number() && v.get<double>() == 1.0) ||
+        ((key == "num_experts" || key == "num_local_experts" || key == "n_routed_experts") &&
+         v.is_number_integer() && v.get<int64_t>() <= 1);
+    if (!neutral && (key == "partial_rotary_factor" || key == "attn_logit_softcapping" ||
+                     key == "final_logit_softcapping" || key == "num_experts" ||
+                     key == "num_local_experts" || key == "n_routed_experts")) {
+      return Status::Unimplemented(Quoted(key) + " = " + v.dump() +
+                                   " changes the forward pass and is not supported");
+    }
   }
   c.ignored_fields = std::move(unknown);
 

@@ -12,10 +12,12 @@
 //  - harmless: known Hugging Face keys that cannot change the forward pass (training settings,
 //    generation defaults, bookkeeping), accepted and ignored: HarmlessConfigFields();
 //  - anything else, including a parsed key of another architecture (sliding_window in a Llama
-//    config): an InvalidArgument naming the alphabetically first such key and counting the
-//    rest, because a key we do not understand may change the math ("partial_rotary_factor").
-//    ModelConfigOptions::ignore_unknown_fields turns those errors into entries of
-//    ModelConfig::ignored_fields, for the caller to log.
+//    config): accepted into ModelConfig::ignored_fields, which the loader logs, as transformers
+//    accepts keys its config class does not use. ModelConfigOptions::ignore_unknown_fields =
+//    false makes them an InvalidArgument naming the alphabetically first such key and counting
+//    the rest (strict mode). Keys known to change the math in ways not implemented
+//    (partial_rotary_factor other than 1, logit soft-capping, mixture-of-experts sizes) are
+//    Unimplemented in either mode.
 // Keys that ask for something this runtime does not do (hidden_act other than silu, mlp_bias,
 // rope_scaling "yarn" / "longrope", Qwen2 sliding-window layers, layer_types other than
 // full_attention, quantization_config) are Unimplemented errors naming the key and value,
@@ -119,9 +121,9 @@ struct ModelConfig {
 };
 
 struct ModelConfigOptions {
-  // Unknown top-level keys become ModelConfig::ignored_fields instead of errors. Keys that are
-  // parsed keep being validated.
-  bool ignore_unknown_fields = false;
+  // Unknown top-level keys become ModelConfig::ignored_fields (the default) instead of errors.
+  // Keys that are parsed keep being validated either way.
+  bool ignore_unknown_fields = true;
 };
 
 // Known Hugging Face config keys that cannot change a Llama-family forward pass; accepted and

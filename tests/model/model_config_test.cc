@@ -225,6 +225,19 @@ TEST(ModelConfigTest, IgnoreUnknownFieldsRecordsThem) {
   EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kLinear);
 }
 
+// As transformers does: what a config class does not use is accepted (and logged by the loader),
+// e.g. the unk_token_id transformers itself writes, or a key of another architecture.
+TEST(ModelConfigTest, UnknownFieldsAreAcceptedByDefault) {
+  Json j = BaseLlama();
+  j["unk_token_id"] = 0;
+  j["sliding_window"] = 4096;
+  j["some_future_key"] = {{"x", 1}};
+  j["partial_rotary_factor"] = 1.0;  // the neutral value of a math-changing key
+  ASSERT_OK_AND_ASSIGN(ModelConfig c, ParseModelConfig(j.dump()));
+  EXPECT_THAT(c.ignored_fields,
+              ElementsAre("partial_rotary_factor", "sliding_window", "some_future_key"));
+}
+
 TEST(ModelConfigTest, IgnoreUnknownFieldsStillValidatesKnownOnes) {
   Json j = BaseLlama();
   j["zeta"] = 1;
@@ -336,6 +349,7 @@ struct ErrorCase {
   std::string text;
   StatusCode code;
   const char* message;
+  bool strict = false;  // parsed with ignore_unknown_fields = false
 };
 
 std::string Mutated(void (*mutate)(Json&)) {
@@ -350,7 +364,9 @@ class ModelConfigErrorTest : public ::testing::TestWithParam<ErrorCase> {};
 
 TEST_P(ModelConfigErrorTest, IsRejectedWithAClearError) {
   const ErrorCase& c = GetParam();
-  EXPECT_THAT(ParseModelConfig(c.text), StatusIs(c.code, HasSubstr(c.message))) << c.text;
+  ModelConfigOptions options;
+  options.ignore_unknown_fields = !c.strict;
+  EXPECT_THAT(ParseModelConfig(c.text, options), StatusIs(c.code, HasSubstr(c.message))) << c.text;
 }
 
 constexpr StatusCode kInvalid = StatusCode::kInvalidArgument;
@@ -384,15 +400,22 @@ INSTANTIATE_TEST_SUITE_P(
                   }),
                   kInvalid, "missing required field architectures"},
         ErrorCase{"unknown_field", Mutated([](Json& j) { j["partial_rotary_factor"] = 0.5; }),
-                  kInvalid, "unknown config field 'partial_rotary_factor'"},
+                  kInvalid, "unknown config field 'partial_rotary_factor'", true},
+        ErrorCase{"math_changing_field",
+                  Mutated([](Json& j) { j["partial_rotary_factor"] = 0.5; }), kUnimpl,
+                  "'partial_rotary_factor' = 0.5 changes the forward pass"},
+        ErrorCase{"softcapping", Mutated([](Json& j) { j["final_logit_softcapping"] = 30.0; }),
+                  kUnimpl, "'final_logit_softcapping' = 30.0 changes the forward pass"},
+        ErrorCase{"experts", Mutated([](Json& j) { j["num_local_experts"] = 8; }), kUnimpl,
+                  "'num_local_experts' = 8 changes the forward pass"},
         ErrorCase{"unknown_fields_counted", Mutated([](Json& j) {
                     j["aaa"] = 1;
                     j["bbb"] = 2;
                   }),
-                  kInvalid, "'aaa' and 1 more"},
+                  kInvalid, "'aaa' and 1 more", true},
         ErrorCase{"field_of_another_architecture",
                   Mutated([](Json& j) { j["sliding_window"] = 4096; }), kInvalid,
-                  "'sliding_window' (not a LlamaForCausalLM field)"},
+                  "'sliding_window' (not a LlamaForCausalLM field)", true},
         ErrorCase{"quantized", Mutated([](Json& j) {
                     j["quantization_config"] = {{"bits", 4}};
                   }),
@@ -487,7 +510,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"rope_scaling_unknown_key", Mutated([](Json& j) {
                     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"beta", 1}};
                   }),
-                  kInvalid, "unknown field 'beta' in rope_scaling"},
+                  kInvalid, "unknown field 'beta' in rope_scaling", true},
         ErrorCase{"eos_outside_vocab", Mutated([](Json& j) {
                     j["eos_token_id"] = {2, 5000};
                   }),
