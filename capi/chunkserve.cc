@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -29,6 +30,8 @@
 #include "runtime/engine/engine.h"
 #include "runtime/sched/request.h"
 #include "runtime/sched/stream.h"
+#include "runtime/tokenizer/model_text.h"
+#include "runtime/tokenizer/stream_decoder.h"
 
 namespace cs = ::chunkserve;
 
@@ -39,6 +42,20 @@ struct chunkserve_error {
 
 struct chunkserve_engine {
   std::unique_ptr<cs::engine::Engine> engine;
+  std::string model_path;  // as created; "" = the built-in tiny model
+  // The model's text (tokenizer, chat template, EOS ids), loaded on the first text call. The
+  // outcome, failure included, is kept: the files are read once.
+  std::mutex text_mu;
+  bool text_loaded = false;  // guarded by text_mu
+  std::shared_ptr<const cs::tokenizer::ModelText> text;
+  cs::Status text_status;
+};
+
+// Owns its ModelText (so its Tokenizer, which the StreamDecoder points to) independently of the
+// engine: either may be destroyed first.
+struct chunkserve_detokenizer {
+  std::shared_ptr<const cs::tokenizer::ModelText> text;
+  cs::tokenizer::StreamDecoder decoder;
 };
 
 struct chunkserve_client {
@@ -514,6 +531,7 @@ chunkserve_status_t chunkserve_engine_create(const chunkserve_engine_options_t* 
     cs::engine::EngineOptions eo;
     CHUNKSERVE_RETURN_IF_ERROR(ToEngineOptions(c, &eo));
     auto handle = std::make_unique<chunkserve_engine>();
+    handle->model_path = eo.model_dir;
     CHUNKSERVE_ASSIGN_OR_RETURN(handle->engine, cs::engine::Engine::Create(eo));
     *out_engine = handle.release();
     return Status::Ok();
@@ -655,6 +673,237 @@ chunkserve_status_t chunkserve_engine_info(chunkserve_engine_t* engine,
     c.model_fingerprint = engine->engine->model_fingerprint();
     return WriteVersioned(fn, "chunkserve_engine_info_t", c,
                           chunkserve::capi::kEngineInfoV1Size, info);
+  });
+}
+
+// ---- Text --------------------------------------------------------------------------------------
+
+namespace {
+
+// The engine's ModelText, loaded from its model path on the first call (under text_mu, so once
+// however many threads ask). A failure is kept as well: the same files would fail the same way,
+// and a caller polling a tokenizer-less engine should not re-read them on every call.
+cs::Result<std::shared_ptr<const cs::tokenizer::ModelText>> EngineText(const char* fn,
+                                                                       chunkserve_engine* engine) {
+  std::lock_guard<std::mutex> lock(engine->text_mu);
+  if (!engine->text_loaded) {
+    if (engine->model_path.empty()) {
+      engine->text_status = Status::FailedPrecondition(
+          "the engine serves the built-in tiny model (model_path NULL or \"\"), which has no "
+          "tokenizer; create the engine with model_path set to a .gguf file or a model folder "
+          "with tokenizer.json");
+    } else {
+      cs::Result<cs::tokenizer::ModelText> loaded =
+          cs::tokenizer::LoadModelText(engine->model_path);
+      if (loaded.ok()) {
+        engine->text = std::make_shared<const cs::tokenizer::ModelText>(std::move(loaded).value());
+      } else {
+        Status s = loaded.status();
+        // The loader calls malformed files InvalidArgument; to the caller of a text function
+        // that would read as a bad argument of its own, so it is the header's DATA_LOSS.
+        if (s.code() == cs::StatusCode::kInvalidArgument) s = Status::DataLoss(s.message());
+        engine->text_status = s.Annotate("cannot load the model's tokenizer");
+      }
+    }
+    engine->text_loaded = true;
+  }
+  if (engine->text != nullptr) return engine->text;
+  return engine->text_status.Annotate(fn);
+}
+
+Status CheckFlag(const char* fn, const char* name, int32_t value) {
+  if (value == 0 || value == 1) return Status::Ok();
+  return Status::InvalidArgument(std::string(fn) + ": " + name + " must be 0 or 1, got " +
+                                 std::to_string(value));
+}
+
+// A caller's output buffer: `data` of `capacity` elements, NULL only when capacity is 0.
+Status CheckBuffer(const char* fn, const char* name, const void* data, size_t capacity,
+                   const void* size_out, const char* size_name) {
+  if (size_out == nullptr) return NullArgument(fn, size_name);
+  if (data == nullptr && capacity > 0) {
+    return NullArgument(fn, (std::string(name) + " (with capacity > 0)").c_str());
+  }
+  return Status::Ok();
+}
+
+// The sizing contract (header, "Text"): *size is the whole result's size; it is written only
+// when it fits, else OUT_OF_RANGE says how much is needed.
+Status TooSmall(const char* fn, const char* unit, size_t needed, size_t capacity) {
+  return Status::OutOfRange(std::string(fn) + ": the result needs a capacity of " +
+                            std::to_string(needed) + " " + unit + ", got " +
+                            std::to_string(capacity) + " (call again with that capacity)");
+}
+
+Status WriteIds(const char* fn, const std::vector<int32_t>& ids, int32_t* out, size_t capacity,
+                size_t* num_ids) {
+  *num_ids = ids.size();
+  if (ids.size() > capacity) return TooSmall(fn, "ids", ids.size(), capacity);
+  if (!ids.empty()) std::memcpy(out, ids.data(), ids.size() * sizeof(int32_t));
+  return Status::Ok();
+}
+
+Status WriteText(const char* fn, std::string_view text, char* out, size_t capacity,
+                 size_t* text_len) {
+  *text_len = text.size();
+  if (text.size() > capacity) return TooSmall(fn, "bytes", text.size(), capacity);
+  if (!text.empty()) std::memcpy(out, text.data(), text.size());
+  if (capacity > text.size()) out[text.size()] = '\0';
+  return Status::Ok();
+}
+
+}  // namespace
+
+chunkserve_status_t chunkserve_tokenize(chunkserve_engine_t* engine, const char* text,
+                                        size_t text_len, int32_t add_special_tokens, int32_t* ids,
+                                        size_t capacity, size_t* num_ids,
+                                        chunkserve_error_t** out_error) {
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (engine == nullptr) return NullArgument(fn, "engine");
+    CHUNKSERVE_RETURN_IF_ERROR(CheckBuffer(fn, "ids", ids, capacity, num_ids, "num_ids"));
+    *num_ids = 0;
+    if (text == nullptr && text_len > 0) return NullArgument(fn, "text (with text_len > 0)");
+    CHUNKSERVE_RETURN_IF_ERROR(CheckFlag(fn, "add_special_tokens", add_special_tokens));
+    CHUNKSERVE_ASSIGN_OR_RETURN(auto model_text, EngineText(fn, engine));
+    const std::string_view input = text_len > 0 ? std::string_view(text, text_len) : "";
+    cs::Result<std::vector<int32_t>> encoded =
+        model_text->tokenizer->Encode(input, add_special_tokens == 1);
+    if (!encoded.ok()) return encoded.status().Annotate(fn);
+    return WriteIds(fn, *encoded, ids, capacity, num_ids);
+  });
+}
+
+chunkserve_status_t chunkserve_detokenize(chunkserve_engine_t* engine, const int32_t* ids,
+                                          size_t num_ids, int32_t skip_special_tokens, char* text,
+                                          size_t capacity, size_t* text_len,
+                                          chunkserve_error_t** out_error) {
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (engine == nullptr) return NullArgument(fn, "engine");
+    CHUNKSERVE_RETURN_IF_ERROR(CheckBuffer(fn, "text", text, capacity, text_len, "text_len"));
+    *text_len = 0;
+    if (ids == nullptr && num_ids > 0) return NullArgument(fn, "ids (with num_ids > 0)");
+    CHUNKSERVE_RETURN_IF_ERROR(CheckFlag(fn, "skip_special_tokens", skip_special_tokens));
+    CHUNKSERVE_ASSIGN_OR_RETURN(auto model_text, EngineText(fn, engine));
+    const std::span<const int32_t> input =
+        num_ids > 0 ? std::span<const int32_t>(ids, num_ids) : std::span<const int32_t>();
+    cs::Result<std::string> decoded =
+        model_text->tokenizer->Decode(input, skip_special_tokens == 1);
+    if (!decoded.ok()) return decoded.status().Annotate(fn);
+    return WriteText(fn, *decoded, text, capacity, text_len);
+  });
+}
+
+chunkserve_status_t chunkserve_detokenizer_create(chunkserve_engine_t* engine,
+                                                  int32_t skip_special_tokens,
+                                                  chunkserve_detokenizer_t** out_detokenizer,
+                                                  chunkserve_error_t** out_error) {
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (out_detokenizer == nullptr) return NullArgument(fn, "out_detokenizer");
+    *out_detokenizer = nullptr;
+    if (engine == nullptr) return NullArgument(fn, "engine");
+    CHUNKSERVE_RETURN_IF_ERROR(CheckFlag(fn, "skip_special_tokens", skip_special_tokens));
+    CHUNKSERVE_ASSIGN_OR_RETURN(auto model_text, EngineText(fn, engine));
+    const cs::tokenizer::Tokenizer& tokenizer = *model_text->tokenizer;
+    *out_detokenizer = new chunkserve_detokenizer{
+        std::move(model_text), cs::tokenizer::StreamDecoder(tokenizer, skip_special_tokens == 1)};
+    return Status::Ok();
+  });
+}
+
+chunkserve_status_t chunkserve_detokenizer_push(chunkserve_detokenizer_t* detokenizer, int32_t id,
+                                                char* text, size_t capacity, size_t* text_len,
+                                                chunkserve_error_t** out_error) {
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (detokenizer == nullptr) return NullArgument(fn, "detokenizer");
+    CHUNKSERVE_RETURN_IF_ERROR(CheckBuffer(fn, "text", text, capacity, text_len, "text_len"));
+    *text_len = 0;
+    // Pushed into a copy (a window of a few ids) and committed only when the piece is delivered:
+    // on any error the caller may repeat the call, and the id must not have been taken twice.
+    cs::tokenizer::StreamDecoder next = detokenizer->decoder;
+    cs::Result<std::string> piece = next.Push(id);
+    if (!piece.ok()) return piece.status().Annotate(fn);
+    CHUNKSERVE_RETURN_IF_ERROR(WriteText(fn, *piece, text, capacity, text_len));
+    detokenizer->decoder = std::move(next);
+    return Status::Ok();
+  });
+}
+
+chunkserve_status_t chunkserve_detokenizer_flush(chunkserve_detokenizer_t* detokenizer, char* text,
+                                                 size_t capacity, size_t* text_len,
+                                                 chunkserve_error_t** out_error) {
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (detokenizer == nullptr) return NullArgument(fn, "detokenizer");
+    CHUNKSERVE_RETURN_IF_ERROR(CheckBuffer(fn, "text", text, capacity, text_len, "text_len"));
+    *text_len = 0;
+    cs::tokenizer::StreamDecoder next = detokenizer->decoder;  // as in push: commit on success
+    const std::string rest = next.Flush();
+    CHUNKSERVE_RETURN_IF_ERROR(WriteText(fn, rest, text, capacity, text_len));
+    detokenizer->decoder = std::move(next);
+    return Status::Ok();
+  });
+}
+
+void chunkserve_detokenizer_destroy(chunkserve_detokenizer_t* detokenizer) {
+  GuardVoid([&] { delete detokenizer; });
+}
+
+chunkserve_status_t chunkserve_apply_chat_template(chunkserve_engine_t* engine,
+                                                   const char* const* roles,
+                                                   const char* const* contents, size_t num_messages,
+                                                   int32_t add_generation_prompt, char* text,
+                                                   size_t capacity, size_t* text_len,
+                                                   chunkserve_error_t** out_error) {
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (engine == nullptr) return NullArgument(fn, "engine");
+    CHUNKSERVE_RETURN_IF_ERROR(CheckBuffer(fn, "text", text, capacity, text_len, "text_len"));
+    *text_len = 0;
+    if (num_messages > 0 && roles == nullptr) {
+      return NullArgument(fn, "roles (with num_messages > 0)");
+    }
+    if (num_messages > 0 && contents == nullptr) {
+      return NullArgument(fn, "contents (with num_messages > 0)");
+    }
+    CHUNKSERVE_RETURN_IF_ERROR(CheckFlag(fn, "add_generation_prompt", add_generation_prompt));
+    // Checked before anything is copied, so a wild count fails here rather than in the copy.
+    for (size_t i = 0; i < num_messages; ++i) {
+      if (roles[i] == nullptr) {
+        return NullArgument(fn, ("roles[" + std::to_string(i) + "]").c_str());
+      }
+      if (contents[i] == nullptr) {
+        return NullArgument(fn, ("contents[" + std::to_string(i) + "]").c_str());
+      }
+    }
+    CHUNKSERVE_ASSIGN_OR_RETURN(auto model_text, EngineText(fn, engine));
+    if (model_text->chat_template == nullptr) {
+      return Status::FailedPrecondition(std::string(fn) + ": model " + engine->model_path +
+                                        " has no chat template");
+    }
+    std::vector<cs::tokenizer::ChatMessage> messages;
+    messages.reserve(num_messages);
+    for (size_t i = 0; i < num_messages; ++i) messages.push_back({roles[i], contents[i]});
+    cs::Result<std::string> rendered =
+        model_text->chat_template->Render(messages, add_generation_prompt == 1);
+    if (!rendered.ok()) return rendered.status().Annotate(fn);
+    return WriteText(fn, *rendered, text, capacity, text_len);
+  });
+}
+
+chunkserve_status_t chunkserve_engine_eos_ids(chunkserve_engine_t* engine, int32_t* ids,
+                                              size_t capacity, size_t* num_ids,
+                                              chunkserve_error_t** out_error) {
+  const char* const fn = __func__;  // the C name, also inside the lambda
+  return Guard(fn, out_error, [&]() -> Status {
+    if (engine == nullptr) return NullArgument(fn, "engine");
+    CHUNKSERVE_RETURN_IF_ERROR(CheckBuffer(fn, "ids", ids, capacity, num_ids, "num_ids"));
+    *num_ids = 0;
+    CHUNKSERVE_ASSIGN_OR_RETURN(auto model_text, EngineText(fn, engine));
+    return WriteIds(fn, model_text->eos_ids, ids, capacity, num_ids);
   });
 }
 

@@ -2,8 +2,9 @@
  * against libchunkserve.so only. Plain checks, exit status 0 on success (no test framework).
  *
  * Walks the API end to end on the built-in tiny model: versions, options, errors, three requests
- * sharing a prompt prefix pulled with stream_next, a callback stream, cancellation, stats, and
- * destroying the engine while a stream is still live. */
+ * sharing a prompt prefix pulled with stream_next, a callback stream, cancellation, stats,
+ * destroying the engine while a stream is still live, and the text functions (0.3), which the
+ * tiny model, having no tokenizer, answers with FAILED_PRECONDITION. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <chunkserve/chunkserve.h>
@@ -107,6 +108,39 @@ static void TestBadRequest(chunkserve_engine_t* engine) {
   CHECK(stream == NULL);
   CHECK(strstr(chunkserve_error_message(error), "1024") != NULL);
   chunkserve_error_free(error);
+}
+
+/* The tiny model has no tokenizer: the text functions say so, and fill nothing. */
+static void TestTextWithoutTokenizer(chunkserve_engine_t* engine) {
+  static const char kText[] = "hello";
+  const char* roles[1] = {"user"};
+  const char* contents[1] = {"hi"};
+  int32_t ids[8];
+  char text[16];
+  size_t n = 99;
+  chunkserve_detokenizer_t* detokenizer = NULL;
+  chunkserve_error_t* error = NULL;
+  CHECK(chunkserve_tokenize(engine, kText, sizeof kText - 1, 0, ids, 8, &n, &error) ==
+        CHUNKSERVE_STATUS_FAILED_PRECONDITION);
+  CHECK(n == 0);
+  CHECK(strstr(chunkserve_error_message(error), "chunkserve_tokenize: ") ==
+        chunkserve_error_message(error));
+  CHECK(strstr(chunkserve_error_message(error), "tiny model") != NULL);
+  chunkserve_error_free(error);
+  CHECK(chunkserve_detokenize(engine, ids, 0, 1, text, sizeof text, &n, NULL) ==
+        CHUNKSERVE_STATUS_FAILED_PRECONDITION);
+  CHECK(chunkserve_detokenizer_create(engine, 1, &detokenizer, NULL) ==
+        CHUNKSERVE_STATUS_FAILED_PRECONDITION);
+  CHECK(detokenizer == NULL);
+  chunkserve_detokenizer_destroy(detokenizer); /* NULL: a no-op */
+  CHECK(chunkserve_apply_chat_template(engine, roles, contents, 1, 1, text, sizeof text, &n,
+                                       NULL) == CHUNKSERVE_STATUS_FAILED_PRECONDITION);
+  CHECK(chunkserve_engine_eos_ids(engine, ids, 8, &n, NULL) ==
+        CHUNKSERVE_STATUS_FAILED_PRECONDITION);
+  CHECK(chunkserve_detokenizer_push(NULL, 1, text, sizeof text, &n, NULL) ==
+        CHUNKSERVE_STATUS_INVALID_ARGUMENT);
+  CHECK(chunkserve_detokenizer_flush(NULL, text, sizeof text, &n, NULL) ==
+        CHUNKSERVE_STATUS_INVALID_ARGUMENT);
 }
 
 /* Three requests sharing a system prompt, pulled round-robin with short timeouts. */
@@ -283,6 +317,7 @@ int main(void) {
   TestErrors();
   engine = CreateEngine();
   TestBadRequest(engine);
+  TestTextWithoutTokenizer(engine);
   TestSharedPrefixPull(engine);
   TestCallback(engine);
   TestCancel(engine);

@@ -56,22 +56,24 @@
  * for a running callback of that stream; nothing else waits on another handle. A client handle,
  * like an engine handle, may be used by many threads at once (submit, cancel).
  *
- * Ownership. Every object a function creates (engine, client, stream, error) is owned by the
- * caller and freed by its *_destroy / *_free function; *_destroy(NULL) and *_free(NULL) are
- * no-ops. Pointers passed in (options, token arrays, strings) are borrowed for the duration of
- * the call only.
- * Streams and the engine (or client) are independent objects: either may be destroyed first.
+ * Ownership. Every object a function creates (engine, client, stream, detokenizer, error) is
+ * owned by the caller and freed by its *_destroy / *_free function; *_destroy(NULL) and
+ * *_free(NULL) are no-ops. Pointers passed in (options, token arrays, strings) are borrowed for
+ * the duration of the call only.
+ * Streams and the engine (or client) are independent objects: either may be destroyed first;
+ * so are detokenizers and their engine.
  */
 #ifndef CHUNKSERVE_CHUNKSERVE_H_
 #define CHUNKSERVE_CHUNKSERVE_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* ---- Versions ------------------------------------------------------------------------------ */
 
 /* The release this header belongs to. */
 #define CHUNKSERVE_VERSION_MAJOR 0
-#define CHUNKSERVE_VERSION_MINOR 2
+#define CHUNKSERVE_VERSION_MINOR 3
 #define CHUNKSERVE_VERSION_PATCH 0
 
 /* The ABI generation: the soname is libchunkserve.so.<CHUNKSERVE_ABI_VERSION>. It changes only on
@@ -117,7 +119,8 @@ typedef int32_t chunkserve_status_t;
 #define CHUNKSERVE_STATUS_ALREADY_EXISTS 3
 #define CHUNKSERVE_STATUS_RESOURCE_EXHAUSTED 4  /* queue full, KV cache too small, out of memory */
 #define CHUNKSERVE_STATUS_FAILED_PRECONDITION 5 /* call not valid in this state */
-#define CHUNKSERVE_STATUS_OUT_OF_RANGE 6        /* stream_next past the terminal event */
+#define CHUNKSERVE_STATUS_OUT_OF_RANGE 6        /* stream_next past the terminal event; a
+                                                   caller's buffer too small (text functions) */
 #define CHUNKSERVE_STATUS_UNAVAILABLE 7         /* engine shut down; retryable elsewhere */
 #define CHUNKSERVE_STATUS_DEADLINE_EXCEEDED 8   /* stream_next timed out */
 #define CHUNKSERVE_STATUS_CANCELLED 9
@@ -370,6 +373,133 @@ typedef struct chunkserve_engine_info {
 CHUNKSERVE_API chunkserve_status_t chunkserve_engine_info(chunkserve_engine_t* engine,
                                                           chunkserve_engine_info_t* info,
                                                           chunkserve_error_t** out_error);
+
+/* ---- Text (since 0.3) ---------------------------------------------------------------------- */
+
+/* Text <-> token ids with the served model's own tokenizer, its chat template and its
+ * end-of-answer ids, so that a caller can build prompts and read answers without a tokenizer of
+ * its own.
+ *
+ * Where the text comes from: the files at the engine's model_path, loaded on the first text call
+ * of the engine (once, thread-safe; later calls reuse it, and a failure is remembered and
+ * returned again): a .gguf file's tokenizer.ggml.* metadata and tokenizer.chat_template, or a
+ * model folder's tokenizer.json (+ tokenizer_config.json, generation_config.json, config.json).
+ * Results equal Hugging Face tokenizers / transformers for the supported vocabularies
+ * (runtime/tokenizer/README.md). An engine without them fails every text call:
+ *   FAILED_PRECONDITION  the built-in tiny model (model_path NULL or ""), which has no tokenizer;
+ *   NOT_FOUND            a model folder without tokenizer.json (e.g. safetensors weights only);
+ *   DATA_LOSS            malformed tokenizer files;  UNIMPLEMENTED  an unsupported tokenizer.
+ * The message names the function, the model path and what is missing. The remote client
+ * (chunkserve_client_t) has no text functions yet: a caller of a remote server tokenizes with a
+ * local engine on the same model files, or uses the server's OpenAI-compatible HTTP API.
+ *
+ * Sizing contract, the same for every function below that fills a caller's buffer: the caller
+ * passes the buffer and its capacity (ids: int32_t elements; text: bytes); the function always
+ * sets *num_ids / *text_len to the size of the whole result. When it fits, the result is written
+ * and the status is OK; when it does not, nothing is written and the status is
+ * CHUNKSERVE_STATUS_OUT_OF_RANGE with *num_ids / *text_len the capacity needed, so the caller
+ * can allocate that much and call again. A buffer may be NULL when its capacity is 0 (a pure size
+ * query). Text is UTF-8; *text_len excludes the terminating NUL, which is written after the text
+ * only when capacity > *text_len (pass *text_len + 1 to get a C string). The text itself may
+ * contain NUL bytes when the ids decode to them: use *text_len, not strlen. Pass out_error NULL
+ * for a size query that is expected to fail, to avoid allocating the error object.
+ *
+ * Threading: every function taking the engine may run on many threads at once. */
+
+/* Encodes text_len bytes of UTF-8 text (no NUL needed; text may be NULL when text_len is 0) into
+ * token ids. Special tokens written in the text ("<|im_start|>") become their ids.
+ * add_special_tokens 1 adds what the tokenizer's post-processor adds (a BOS token for Llama-style
+ * vocabularies; nothing for SmolLM2), 0 adds nothing. Sizing contract above.
+ * Errors: INVALID_ARGUMENT (NULL engine or num_ids, NULL text with text_len > 0, NULL ids with
+ * capacity > 0, add_special_tokens not 0 or 1, text that is not valid UTF-8: the message gives
+ * the byte offset), OUT_OF_RANGE (capacity < *num_ids), and the loading errors above. */
+CHUNKSERVE_API chunkserve_status_t chunkserve_tokenize(chunkserve_engine_t* engine,
+                                                       const char* text, size_t text_len,
+                                                       int32_t add_special_tokens, int32_t* ids,
+                                                       size_t capacity, size_t* num_ids,
+                                                       chunkserve_error_t** out_error);
+
+/* Decodes num_ids token ids (ids may be NULL when num_ids is 0) into UTF-8 text.
+ * skip_special_tokens 1 leaves out special tokens (<|im_end|>, BOS/EOS), 0 keeps their text. The
+ * result is always valid UTF-8 (an incomplete character becomes U+FFFD). Sizing contract above:
+ * capacity in bytes, NUL written when capacity > *text_len.
+ * Errors: INVALID_ARGUMENT (NULL engine or text_len, NULL ids with num_ids > 0, NULL text with
+ * capacity > 0, skip_special_tokens not 0 or 1, an id outside [0, the tokenizer's vocabulary):
+ * the message gives the id and its position), OUT_OF_RANGE (capacity < *text_len), and the
+ * loading errors above. */
+CHUNKSERVE_API chunkserve_status_t chunkserve_detokenize(chunkserve_engine_t* engine,
+                                                         const int32_t* ids, size_t num_ids,
+                                                         int32_t skip_special_tokens, char* text,
+                                                         size_t capacity, size_t* text_len,
+                                                         chunkserve_error_t** out_error);
+
+/* A streaming detokenizer: the ids of one generated sequence go in one at a time, text comes out
+ * as soon as it is complete. Every piece is valid UTF-8 and never ends in half a character (the
+ * bytes of a character spread over several tokens are held back until it is complete), and the
+ * concatenation of every push's and the final flush's text equals chunkserve_detokenize of all
+ * the ids with the same skip_special_tokens. One per sequence; not thread-safe (one thread at a
+ * time). It holds the engine's tokenizer itself, so it stays usable after the engine is destroyed,
+ * and either may be destroyed first. */
+typedef struct chunkserve_detokenizer chunkserve_detokenizer_t;
+
+/* Creates a detokenizer over the engine's tokenizer (loading it if this is the engine's first text
+ * call). skip_special_tokens: 1 leaves special tokens out of the text, 0 keeps them. On success
+ * *out_detokenizer is a new detokenizer the caller destroys with chunkserve_detokenizer_destroy;
+ * on failure it is set to NULL.
+ * Errors: INVALID_ARGUMENT (NULL engine or out_detokenizer, skip_special_tokens not 0 or 1), and
+ * the loading errors above. */
+CHUNKSERVE_API chunkserve_status_t chunkserve_detokenizer_create(
+    chunkserve_engine_t* engine, int32_t skip_special_tokens,
+    chunkserve_detokenizer_t** out_detokenizer, chunkserve_error_t** out_error);
+
+/* Adds one id and writes the text it completes (often a word piece; possibly empty, when the id
+ * ends in the middle of a character). Sizing contract above (a piece is rarely longer than a few
+ * dozen bytes; 256 bytes hold nearly all). On any error, OUT_OF_RANGE included, the detokenizer is
+ * left exactly as it was (the id is not taken), so the same call can be repeated with a larger
+ * buffer. Errors: INVALID_ARGUMENT (NULL detokenizer or text_len, NULL text with capacity > 0, an
+ * id outside the vocabulary), OUT_OF_RANGE (capacity < *text_len). */
+CHUNKSERVE_API chunkserve_status_t chunkserve_detokenizer_push(
+    chunkserve_detokenizer_t* detokenizer, int32_t id, char* text, size_t capacity,
+    size_t* text_len, chunkserve_error_t** out_error);
+
+/* Writes the text still held back (bytes of an unfinished character become U+FFFD; usually empty)
+ * and empties the detokenizer, which may then start a new sequence. Sizing contract above; on
+ * OUT_OF_RANGE nothing is taken, so the call can be repeated.
+ * Errors: INVALID_ARGUMENT (NULL detokenizer or text_len, NULL text with capacity > 0),
+ * OUT_OF_RANGE (capacity < *text_len). */
+CHUNKSERVE_API chunkserve_status_t chunkserve_detokenizer_flush(
+    chunkserve_detokenizer_t* detokenizer, char* text, size_t capacity, size_t* text_len,
+    chunkserve_error_t** out_error);
+
+/* Frees the detokenizer (text still held back is dropped). NULL: no-op. */
+CHUNKSERVE_API void chunkserve_detokenizer_destroy(chunkserve_detokenizer_t* detokenizer);
+
+/* Renders a conversation with the model's chat template, as transformers' apply_chat_template
+ * does: message i has role roles[i] ("system", "user", "assistant") and content contents[i], both
+ * NUL-terminated UTF-8 (the arrays may be NULL when num_messages is 0). add_generation_prompt 1
+ * appends the start of an assistant turn (for ChatML models "<|im_start|>assistant\n"), 0 does
+ * not. The text is a prompt for chunkserve_tokenize (it already holds the special tokens as text;
+ * tokenize it with add_special_tokens 0). Sizing contract above: capacity in bytes.
+ * Errors: INVALID_ARGUMENT (NULL engine or text_len, NULL roles or contents with num_messages > 0,
+ * a NULL role or content: the message gives its index, NULL text with capacity > 0,
+ * add_generation_prompt not 0 or 1, a conversation the template refuses, e.g. roles that do not
+ * alternate for Llama 2 / Mistral: the template's own message), FAILED_PRECONDITION (the model has
+ * no chat template), UNIMPLEMENTED (a template of a family chunkserve does not render),
+ * OUT_OF_RANGE (capacity < *text_len), and the loading errors above. */
+CHUNKSERVE_API chunkserve_status_t chunkserve_apply_chat_template(
+    chunkserve_engine_t* engine, const char* const* roles, const char* const* contents,
+    size_t num_messages, int32_t add_generation_prompt, char* text, size_t capacity,
+    size_t* text_len, chunkserve_error_t** out_error);
+
+/* The ids that end an answer (the model's EOS token plus its chat template's end-of-turn token,
+ * e.g. <|im_end|> or <|eot_id|>), sorted and unique: pass them as the request's stop_tokens to end
+ * generation at the end of the answer. Sizing contract above (capacity in ids; models have a
+ * handful). Errors: INVALID_ARGUMENT (NULL engine or num_ids, NULL ids with capacity > 0),
+ * OUT_OF_RANGE (capacity < *num_ids), and the loading errors above. */
+CHUNKSERVE_API chunkserve_status_t chunkserve_engine_eos_ids(chunkserve_engine_t* engine,
+                                                             int32_t* ids, size_t capacity,
+                                                             size_t* num_ids,
+                                                             chunkserve_error_t** out_error);
 
 /* ---- Streams ------------------------------------------------------------------------------- */
 

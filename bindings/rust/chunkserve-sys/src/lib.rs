@@ -102,6 +102,11 @@ pub struct chunkserve_error_t {
 pub struct chunkserve_client_t {
     _private: [u8; 0],
 }
+/// Since 0.3.
+#[repr(C)]
+pub struct chunkserve_detokenizer_t {
+    _private: [u8; 0],
+}
 
 /// `typedef void (*chunkserve_stream_callback_t)(const chunkserve_stream_event_t*, void*);`
 /// (nullable, hence the Option).
@@ -127,7 +132,7 @@ pub const CALLBACKS: &[(&str, &[&str])] = &[
 
 constants! {
     pub const CHUNKSERVE_VERSION_MAJOR: i32 = 0;
-    pub const CHUNKSERVE_VERSION_MINOR: i32 = 2;
+    pub const CHUNKSERVE_VERSION_MINOR: i32 = 3;
     pub const CHUNKSERVE_VERSION_PATCH: i32 = 0;
     pub const CHUNKSERVE_ABI_VERSION: i32 = 0;
 
@@ -372,6 +377,69 @@ functions! {
     pub fn chunkserve_client_cancel(
         client: *mut chunkserve_client_t,
         request_id: u64,
+        out_error: *mut *mut chunkserve_error_t,
+    ) -> chunkserve_status_t;
+
+    // Text (since 0.3). `size_t` is `usize` (the same size and alignment on every target Rust
+    // supports); the drift test maps it so.
+    pub fn chunkserve_tokenize(
+        engine: *mut chunkserve_engine_t,
+        text: *const c_char,
+        text_len: usize,
+        add_special_tokens: i32,
+        ids: *mut i32,
+        capacity: usize,
+        num_ids: *mut usize,
+        out_error: *mut *mut chunkserve_error_t,
+    ) -> chunkserve_status_t;
+    pub fn chunkserve_detokenize(
+        engine: *mut chunkserve_engine_t,
+        ids: *const i32,
+        num_ids: usize,
+        skip_special_tokens: i32,
+        text: *mut c_char,
+        capacity: usize,
+        text_len: *mut usize,
+        out_error: *mut *mut chunkserve_error_t,
+    ) -> chunkserve_status_t;
+    pub fn chunkserve_detokenizer_create(
+        engine: *mut chunkserve_engine_t,
+        skip_special_tokens: i32,
+        out_detokenizer: *mut *mut chunkserve_detokenizer_t,
+        out_error: *mut *mut chunkserve_error_t,
+    ) -> chunkserve_status_t;
+    pub fn chunkserve_detokenizer_push(
+        detokenizer: *mut chunkserve_detokenizer_t,
+        id: i32,
+        text: *mut c_char,
+        capacity: usize,
+        text_len: *mut usize,
+        out_error: *mut *mut chunkserve_error_t,
+    ) -> chunkserve_status_t;
+    pub fn chunkserve_detokenizer_flush(
+        detokenizer: *mut chunkserve_detokenizer_t,
+        text: *mut c_char,
+        capacity: usize,
+        text_len: *mut usize,
+        out_error: *mut *mut chunkserve_error_t,
+    ) -> chunkserve_status_t;
+    pub fn chunkserve_detokenizer_destroy(detokenizer: *mut chunkserve_detokenizer_t);
+    pub fn chunkserve_apply_chat_template(
+        engine: *mut chunkserve_engine_t,
+        roles: *const *const c_char,
+        contents: *const *const c_char,
+        num_messages: usize,
+        add_generation_prompt: i32,
+        text: *mut c_char,
+        capacity: usize,
+        text_len: *mut usize,
+        out_error: *mut *mut chunkserve_error_t,
+    ) -> chunkserve_status_t;
+    pub fn chunkserve_engine_eos_ids(
+        engine: *mut chunkserve_engine_t,
+        ids: *mut i32,
+        capacity: usize,
+        num_ids: *mut usize,
         out_error: *mut *mut chunkserve_error_t,
     ) -> chunkserve_status_t;
 }

@@ -86,6 +86,7 @@ fn c_to_rust(c: &str) -> String {
         "uint32_t" => "u32",
         "int64_t" => "i64",
         "uint64_t" => "u64",
+        "size_t" => "usize",
         "float" => "f32",
         "double" => "f64",
         "char" => "c_char",

@@ -452,6 +452,224 @@ impl Drop for Engine {
     }
 }
 
+// ---- Text (C ABI 0.3) ---------------------------------------------------------------------------
+
+/// One turn of a conversation for [`Engine::apply_chat_template`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatMessage {
+    /// "system", "user" or "assistant".
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// Runs a C function that fills a buffer under the ABI's sizing contract (it reports the whole
+/// result's size and returns `OUT_OF_RANGE` when the buffer is too small): first with `guess`
+/// elements, then, if that was too small, once more with the size it asked for.
+fn call_sized<T: Copy + Default>(
+    guess: usize,
+    mut f: impl FnMut(*mut T, usize, *mut usize, *mut *mut sys::chunkserve_error_t) -> i32,
+) -> Result<Vec<T>> {
+    let mut buf = vec![T::default(); guess.max(1)];
+    let mut size = 0usize;
+    let mut error = ptr::null_mut();
+    let mut status = f(buf.as_mut_ptr(), buf.len(), &mut size, &mut error);
+    if status == sys::CHUNKSERVE_STATUS_OUT_OF_RANGE && size > buf.len() {
+        let _ = check(status, error); // frees the error object
+        buf = vec![T::default(); size];
+        error = ptr::null_mut();
+        status = f(buf.as_mut_ptr(), buf.len(), &mut size, &mut error);
+    }
+    check(status, error)?;
+    buf.truncate(size);
+    Ok(buf)
+}
+
+/// The library's text is UTF-8 by contract; anything else is a bug there.
+fn utf8(bytes: Vec<u8>) -> Result<String> {
+    String::from_utf8(bytes).map_err(|e| {
+        Error::new(
+            Code::Internal,
+            format!("the library returned invalid UTF-8: {e}"),
+        )
+    })
+}
+
+fn c_string(what: &str, s: &str) -> Result<CString> {
+    CString::new(s)
+        .map_err(|_| Error::new(Code::InvalidArgument, format!("{what} contains a NUL byte")))
+}
+
+/// Text: the served model's tokenizer, chat template and end-of-answer ids, loaded from
+/// `model_path` on the first such call. An engine without tokenizer files fails each call with
+/// `FailedPrecondition` (the built-in tiny model) or `NotFound` (a model folder without
+/// tokenizer.json), and the message says what is missing.
+impl Engine {
+    /// Encodes UTF-8 text into the model's token ids. Special tokens written in the text
+    /// (`"<|im_start|>"`) become their ids; `add_special_tokens` adds what the tokenizer adds around
+    /// a text (a BOS token for Llama-style vocabularies).
+    pub fn tokenize(&self, text: &str, add_special_tokens: bool) -> Result<Vec<i32>> {
+        // A token covers at least one byte, plus a few the tokenizer may add.
+        call_sized(text.len() + 4, |buf, capacity, size, e| unsafe {
+            // SAFETY: text and buf outlive the call; capacity is buf's length.
+            sys::chunkserve_tokenize(
+                self.ptr.as_ptr(),
+                text.as_ptr().cast(),
+                text.len(),
+                add_special_tokens as i32,
+                buf,
+                capacity,
+                size,
+                e,
+            )
+        })
+    }
+
+    /// Decodes token ids into text; `skip_special_tokens` leaves out special tokens such as
+    /// `<|im_end|>`. `InvalidArgument` for an id outside the vocabulary.
+    pub fn detokenize(&self, ids: &[i32], skip_special_tokens: bool) -> Result<String> {
+        let bytes = call_sized(
+            8 * ids.len() + 16,
+            |buf: *mut u8, capacity, size, e| unsafe {
+                // SAFETY: ids and buf outlive the call; capacity is buf's length.
+                sys::chunkserve_detokenize(
+                    self.ptr.as_ptr(),
+                    ids.as_ptr(),
+                    ids.len(),
+                    skip_special_tokens as i32,
+                    buf.cast(),
+                    capacity,
+                    size,
+                    e,
+                )
+            },
+        )?;
+        utf8(bytes)
+    }
+
+    /// A streaming detokenizer over this engine's tokenizer (it may outlive the engine).
+    pub fn detokenizer(&self, skip_special_tokens: bool) -> Result<Detokenizer> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: a live engine handle; raw receives a new detokenizer on success.
+        call(|e| unsafe {
+            sys::chunkserve_detokenizer_create(
+                self.ptr.as_ptr(),
+                skip_special_tokens as i32,
+                &mut raw,
+                e,
+            )
+        })?;
+        let ptr =
+            NonNull::new(raw).ok_or_else(|| Error::new(Code::Internal, "null detokenizer"))?;
+        Ok(Detokenizer { ptr })
+    }
+
+    /// Renders a conversation with the model's chat template, as transformers'
+    /// `apply_chat_template` does; `add_generation_prompt` appends the start of an assistant turn.
+    /// Tokenize the result with `add_special_tokens` false (it holds the special tokens as text).
+    /// `FailedPrecondition` when the model has no chat template; `InvalidArgument` for a
+    /// conversation the template refuses or a string with a NUL byte.
+    pub fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let roles = messages
+            .iter()
+            .map(|m| c_string("a role", &m.role))
+            .collect::<Result<Vec<_>>>()?;
+        let contents = messages
+            .iter()
+            .map(|m| c_string("a content", &m.content))
+            .collect::<Result<Vec<_>>>()?;
+        let role_ptrs: Vec<*const std::os::raw::c_char> =
+            roles.iter().map(|s| s.as_ptr()).collect();
+        let content_ptrs: Vec<*const std::os::raw::c_char> =
+            contents.iter().map(|s| s.as_ptr()).collect();
+        let guess = 256
+            + messages
+                .iter()
+                .map(|m| m.role.len() + m.content.len() + 32)
+                .sum::<usize>();
+        let bytes = call_sized(guess, |buf: *mut u8, capacity, size, e| unsafe {
+            // SAFETY: the strings, the pointer arrays and buf outlive the call.
+            sys::chunkserve_apply_chat_template(
+                self.ptr.as_ptr(),
+                role_ptrs.as_ptr(),
+                content_ptrs.as_ptr(),
+                messages.len(),
+                add_generation_prompt as i32,
+                buf.cast(),
+                capacity,
+                size,
+                e,
+            )
+        })?;
+        utf8(bytes)
+    }
+
+    /// The ids that end an answer (the model's EOS token and its chat template's end-of-turn
+    /// token), sorted: use them as the request's stop tokens.
+    pub fn eos_ids(&self) -> Result<Vec<i32>> {
+        call_sized(8, |buf, capacity, size, e| unsafe {
+            // SAFETY: buf outlives the call; capacity is its length.
+            sys::chunkserve_engine_eos_ids(self.ptr.as_ptr(), buf, capacity, size, e)
+        })
+    }
+}
+
+/// Turns the ids of one generated sequence into text as they arrive: every piece is valid UTF-8
+/// (the bytes of a character split over several tokens are held back until it is complete), and
+/// the pieces of all [`push`](Detokenizer::push) calls and the final
+/// [`flush`](Detokenizer::flush) add up to [`Engine::detokenize`] of all the ids. It holds the
+/// engine's tokenizer itself, so it may outlive the engine. Freed on drop.
+pub struct Detokenizer {
+    ptr: NonNull<sys::chunkserve_detokenizer_t>,
+}
+
+// SAFETY: the C detokenizer may be used from any thread, one call at a time; every method takes
+// &mut self, so Rust's aliasing rules already serialize the calls.
+unsafe impl Send for Detokenizer {}
+unsafe impl Sync for Detokenizer {}
+
+impl Detokenizer {
+    /// Adds one id and returns the text it completes (possibly empty). A refused id
+    /// (`InvalidArgument`: outside the vocabulary) is not taken.
+    pub fn push(&mut self, id: i32) -> Result<String> {
+        // A refused call leaves the C detokenizer unchanged, so the retry is the same push.
+        let bytes = call_sized(64, |buf: *mut u8, capacity, size, e| unsafe {
+            // SAFETY: a live detokenizer (&mut self: no other call at once); buf outlives the call.
+            sys::chunkserve_detokenizer_push(self.ptr.as_ptr(), id, buf.cast(), capacity, size, e)
+        })?;
+        utf8(bytes)
+    }
+
+    /// Returns the text still held back (bytes of an unfinished character become U+FFFD) and
+    /// empties the detokenizer, which may then start a new sequence.
+    pub fn flush(&mut self) -> Result<String> {
+        let bytes = call_sized(64, |buf: *mut u8, capacity, size, e| unsafe {
+            // SAFETY: as in push().
+            sys::chunkserve_detokenizer_flush(self.ptr.as_ptr(), buf.cast(), capacity, size, e)
+        })?;
+        utf8(bytes)
+    }
+}
+
+impl Drop for Detokenizer {
+    fn drop(&mut self) {
+        // SAFETY: we own the handle and nothing else can be using it (&mut self).
+        unsafe { sys::chunkserve_detokenizer_destroy(self.ptr.as_ptr()) }
+    }
+}
+
 /// The C request options for `request`, pointing into its token slices (which must outlive the
 /// submit call).
 fn c_request(request: &Request<'_>) -> Result<sys::chunkserve_request_options_t> {
