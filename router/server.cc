@@ -21,15 +21,10 @@ Status Server::Init() {
 void Server::Start() {
   Accept();
   if (http_acceptor_.is_open()) {
-    if (options_.model_text != nullptr) {
-      gateway_ = openai::Gateway::Create(
-          io_, openai::GatewayOptionsFor(*options_.model_text, options_.listen_host, port(),
-                                         options_.connection, options_.tls_client,
-                                         options_.api_key));
-    }
-    http_ = http::HttpServer::Start(
-        http_acceptor_, {},
-        openai::FrontDoorHandler(gateway_, [this](const std::string& path) { return Probe(path); }));
+    front_door_.Start(io_, http_acceptor_,
+                      {options_.model_text, options_.listen_host, port(), options_.connection,
+                       options_.tls_client, options_.api_key},
+                      [this](const std::string& path) { return Probe(path); });
   }
   ScheduleLeaseCheck();
   ScheduleRequestCheck();
@@ -54,8 +49,7 @@ void Server::Shutdown(std::function<void()> done) {
   shutdown_timer_.async_wait([this, done = std::move(done)](const asio::error_code&) {
     asio::error_code e;
     http_acceptor_.close(e);
-    if (gateway_ != nullptr) gateway_->Stop();
-    if (http_ != nullptr) http_->Stop();
+    front_door_.Stop();
     for (auto& [id, peer] : peers_) peer->connection->Close(Status::Unavailable("router exit"));
     for (auto& [id, w] : workers_) {
       if (w.data) w.data->Close(Status::Unavailable("router exit"));

@@ -109,10 +109,6 @@ class Server final : public RouterServer {
         check_timer_(io),
         shutdown_timer_(io),
         liveness_(options.liveness) {}
-  ~Server() override {
-    if (gateway_ != nullptr) gateway_->Stop();
-    if (http_ != nullptr) http_->Stop();
-  }
 
   Status Init();
 
@@ -234,8 +230,7 @@ class Server final : public RouterServer {
   std::unique_ptr<RouterCore> core_;
   asio::ip::tcp::acceptor acceptor_;
   asio::ip::tcp::acceptor http_acceptor_;
-  std::shared_ptr<http::HttpServer> http_;
-  std::shared_ptr<openai::Gateway> gateway_;
+  openai::FrontDoor front_door_;  // after http_acceptor_: destroyed (stopped) before it
   asio::steady_timer lease_timer_;
   asio::steady_timer check_timer_;
   asio::steady_timer shutdown_timer_;

@@ -50,8 +50,7 @@ class Server final : public WorkerServer {
         soon_timer_(io) {}
 
   ~Server() override {
-    if (gateway_ != nullptr) gateway_->Stop();
-    if (http_ != nullptr) http_->Stop();
+    front_door_.Stop();
     if (engine_) {
       engine_->SetKvEventCallback(nullptr);
       engine_->Shutdown(engine::ShutdownMode::kAbort);
@@ -75,15 +74,10 @@ class Server final : public WorkerServer {
   void Start() {
     Accept();
     if (http_acceptor_.is_open()) {
-      if (options_.model_text != nullptr) {
-        gateway_ = openai::Gateway::Create(
-            io_, openai::GatewayOptionsFor(*options_.model_text, options_.listen_host, port(),
-                                           options_.connection, options_.tls_client,
-                                           options_.api_key));
-      }
-      http_ = http::HttpServer::Start(
-          http_acceptor_, {},
-          openai::FrontDoorHandler(gateway_, [this](const std::string& path) { return Probe(path); }));
+      front_door_.Start(io_, http_acceptor_,
+                        {options_.model_text, options_.listen_host, port(), options_.connection,
+                         options_.tls_client, options_.api_key},
+                        [this](const std::string& path) { return Probe(path); });
     }
     for (auto& link : links_) ConnectRouter(link.get());
     if (!links_.empty()) ScheduleLoadReports();
@@ -673,8 +667,7 @@ class Server final : public WorkerServer {
     }
     asio::error_code ignored;
     http_acceptor_.close(ignored);
-    if (gateway_ != nullptr) gateway_->Stop();
-    if (http_ != nullptr) http_->Stop();
+    front_door_.Stop();
     for (auto& [id, s] : sessions_) s->connection->Close(Status::Unavailable("worker drained"));
     if (drain_done_) drain_done_();
   }
@@ -688,8 +681,7 @@ class Server final : public WorkerServer {
   const WorkerOptions options_;
   asio::ip::tcp::acceptor acceptor_;
   asio::ip::tcp::acceptor http_acceptor_;
-  std::shared_ptr<http::HttpServer> http_;
-  std::shared_ptr<openai::Gateway> gateway_;
+  openai::FrontDoor front_door_;  // after http_acceptor_: destroyed (stopped) before it
   asio::steady_timer drain_timer_;
   std::unique_ptr<engine::Engine> engine_;
   uint64_t generation_ = 0;

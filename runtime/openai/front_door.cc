@@ -76,4 +76,19 @@ http::Handler FrontDoorHandler(std::shared_ptr<Gateway> gateway, ProbeHandler pr
   };
 }
 
+void FrontDoor::Start(asio::io_context& io, asio::ip::tcp::acceptor& acceptor,
+                      const Options& options, ProbeHandler probes) {
+  if (options.model_text != nullptr) {
+    gateway_ = Gateway::Create(io, GatewayOptionsFor(*options.model_text, options.wire_host,
+                                                     options.wire_port, options.wire_side,
+                                                     options.tls_client, options.api_key));
+  }
+  http_ = http::HttpServer::Start(acceptor, {}, FrontDoorHandler(gateway_, std::move(probes)));
+}
+
+void FrontDoor::Stop() {
+  if (gateway_ != nullptr) gateway_->Stop();
+  if (http_ != nullptr) http_->Stop();
+}
+
 }  // namespace chunkserve::openai

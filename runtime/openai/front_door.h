@@ -30,6 +30,33 @@ using ProbeHandler = std::function<http::Reply(const std::string& path)>;
 // methods on probe paths. /metrics gets the gateway's counters appended.
 http::Handler FrontDoorHandler(std::shared_ptr<Gateway> gateway, ProbeHandler probes);
 
+// What a process serves on its HTTP acceptor: the HTTP server, and the gateway when it knows its
+// model's text. Start and Stop on the loop thread; Stop (also on destruction) closes every HTTP
+// connection and fails the API requests in flight.
+class FrontDoor {
+ public:
+  struct Options {
+    std::shared_ptr<const tokenizer::ModelText> model_text;  // null: probes only
+    std::string wire_host;                                   // the process's wire port
+    uint16_t wire_port = 0;
+    wire::ConnectionOptions wire_side;  // its server-side options (client token, TLS)
+    std::shared_ptr<wire::TlsContext> tls_client;
+    std::string api_key;
+  };
+  FrontDoor() = default;
+  FrontDoor(const FrontDoor&) = delete;
+  FrontDoor& operator=(const FrontDoor&) = delete;
+  ~FrontDoor() { Stop(); }
+
+  void Start(asio::io_context& io, asio::ip::tcp::acceptor& acceptor, const Options& options,
+             ProbeHandler probes);
+  void Stop();
+
+ private:
+  std::shared_ptr<http::HttpServer> http_;
+  std::shared_ptr<Gateway> gateway_;
+};
+
 }  // namespace chunkserve::openai
 
 #endif  // CHUNKSERVE_RUNTIME_OPENAI_FRONT_DOOR_H_
