@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/model/safetensors.h"
+#include "tests/testing/fuzz_corpus.h"
 #include "tests/testing/random.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -22,24 +23,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 namespace chunkserve::model {
 namespace {
 
-struct Seed {
-  std::string name;
-  std::string bytes;
-};
+using Seed = ::chunkserve::testing::FuzzSeed;
 
 std::vector<Seed> LoadCorpus() {
-  std::vector<Seed> seeds;
-  const std::filesystem::path dir =
-      std::filesystem::path(CHUNKSERVE_SOURCE_DIR) / "tests" / "model" / "fuzz_corpus";
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    std::ifstream in(entry.path(), std::ios::binary);
-    std::ostringstream bytes;
-    bytes << in.rdbuf();
-    seeds.push_back({entry.path().filename().string(), bytes.str()});
-  }
-  std::sort(seeds.begin(), seeds.end(),
-            [](const Seed& a, const Seed& b) { return a.name < b.name; });
-  return seeds;
+  return ::chunkserve::testing::LoadFuzzCorpus("tests/model/fuzz_corpus");
 }
 
 void FuzzOne(const std::string& bytes) {

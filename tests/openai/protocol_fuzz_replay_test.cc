@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/openai/protocol.h"
+#include "tests/testing/fuzz_corpus.h"
 #include "tests/testing/random.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -21,17 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 namespace chunkserve::openai {
 namespace {
 
-std::vector<std::pair<std::string, std::string>> Corpus() {
-  std::vector<std::pair<std::string, std::string>> seeds;
-  for (const auto& entry : std::filesystem::directory_iterator(
-           std::filesystem::path(CHUNKSERVE_SOURCE_DIR) / "tests" / "openai" / "corpus")) {
-    std::ifstream in(entry.path(), std::ios::binary);
-    std::ostringstream bytes;
-    bytes << in.rdbuf();
-    seeds.emplace_back(entry.path().filename().string(), bytes.str());
-  }
-  std::sort(seeds.begin(), seeds.end());
-  return seeds;
+std::vector<::chunkserve::testing::FuzzSeed> Corpus() {
+  return ::chunkserve::testing::LoadFuzzCorpus("tests/openai/corpus");
 }
 
 void FuzzOne(const std::string& s) {
@@ -58,7 +50,7 @@ TEST(OpenAIProtocolFuzzReplay, Mutations) {
       "\"stop\":[\"\"]", "\"messages\":[{}]", "\"prompt\":[[1],[2]]", ",", ":", "\"", "{", "}"};
   for (int i = 0; i < 20000; ++i) {
     std::string s = seeds[static_cast<size_t>(rng.Int(0, static_cast<int64_t>(seeds.size()) - 1))]
-                        .second;
+                        .bytes;
     for (int e = static_cast<int>(rng.Int(1, 4)); e > 0; --e) {
       const size_t pos = s.empty() ? 0 : static_cast<size_t>(rng.Int(0, static_cast<int64_t>(s.size()) - 1));
       switch (rng.Int(0, 3)) {

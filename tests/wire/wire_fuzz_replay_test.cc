@@ -8,10 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <vector>
+
+#include "tests/testing/fuzz_corpus.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
@@ -19,11 +18,8 @@ namespace {
 
 std::vector<std::vector<uint8_t>> Corpus() {
   std::vector<std::vector<uint8_t>> out;
-  const std::filesystem::path dir =
-      std::filesystem::path(CHUNKSERVE_SOURCE_DIR) / "tests/wire/corpus";
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    std::ifstream in(entry.path(), std::ios::binary);
-    out.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  for (const auto& seed : chunkserve::testing::LoadFuzzCorpus("tests/wire/corpus")) {
+    out.emplace_back(seed.bytes.begin(), seed.bytes.end());
   }
   return out;
 }
