@@ -85,7 +85,7 @@ wait_for_line() {
 metric() {  # metric HTTP_ADDR SERIES
   local host="${1%:*}" port="${1##*:}"
   exec 3<>"/dev/tcp/$host/$port"
-  printf 'GET /metrics HTTP/1.1\r\nHost: %s\r\n\r\n' "$host" >&3
+  printf 'GET /metrics HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n' "$host" >&3
   grep -F "$2 " <&3 | grep -v "^#" | awk '{print $2}' | head -1
   exec 3<&-
 }

@@ -1,11 +1,17 @@
 #include "router/loadgen/report.h"
 
 #include <algorithm>
-#include "runtime/wire/asio.h"
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <utility>
+
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "runtime/wire/asio.h"
 
 namespace chunkserve::router {
 namespace {
@@ -33,20 +39,21 @@ std::vector<std::string> WorkerNames(const Samples& s) {
 
 Result<Samples> Scrape(const std::string& http_host, uint16_t http_port) {
   try {
+    namespace bhttp = boost::beast::http;
     asio::io_context io;
-    asio::ip::tcp::socket s(io);
-    s.connect({asio::ip::make_address(http_host), http_port});
-    const std::string req = "GET /metrics HTTP/1.1\r\nHost: " + http_host + "\r\n\r\n";
-    asio::write(s, asio::buffer(req));
-    std::string data;
-    asio::error_code ec;
-    asio::read(s, asio::dynamic_buffer(data), ec);
-    const size_t body = data.find("\r\n\r\n");
-    if (data.rfind("HTTP/1.1 200", 0) != 0 || body == std::string::npos) {
-      return Status::Unavailable("bad /metrics reply");
-    }
+    boost::beast::tcp_stream s(io);
+    s.expires_after(std::chrono::seconds(10));
+    s.connect(asio::ip::tcp::endpoint(asio::ip::make_address(http_host), http_port));
+    bhttp::request<bhttp::empty_body> req(bhttp::verb::get, "/metrics", 11);
+    req.set(bhttp::field::host, http_host);
+    req.keep_alive(false);
+    bhttp::write(s, req);
+    boost::beast::flat_buffer buffer;
+    bhttp::response<bhttp::string_body> res;
+    bhttp::read(s, buffer, res);
+    if (res.result_int() != 200) return Status::Unavailable("bad /metrics reply");
     Samples out;
-    std::istringstream in(data.substr(body + 4));
+    std::istringstream in(res.body());
     std::string line;
     while (std::getline(in, line)) {
       if (line.empty() || line[0] == '#') continue;
