@@ -210,8 +210,12 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
     g.request_id = call->id;
     g.prompt = std::move(prompt);
     g.max_new_tokens = req.max_tokens.value_or(static_cast<int32_t>(room));
-    if (req.temperature > 0) {
-      g.sampling = wire::SamplingMessage{req.temperature, req.top_k, req.top_p,
+    // The request's sampling values, else the model's defaults, else OpenAI's.
+    const tokenizer::GenerationDefaults& defaults = model.defaults;
+    const float temperature = req.temperature.value_or(defaults.temperature.value_or(1.0f));
+    if (temperature > 0) {
+      g.sampling = wire::SamplingMessage{temperature, req.top_k.value_or(defaults.top_k.value_or(0)),
+                                         req.top_p.value_or(defaults.top_p.value_or(1.0f)),
                                          req.seed.has_value() ? *req.seed : rng_()};
     }
     if (!req.ignore_eos) {

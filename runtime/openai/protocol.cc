@@ -173,16 +173,19 @@ std::optional<FieldError> ParseInto(Endpoint endpoint, const Json& root, Generat
   if (auto e = f.Integer(max_name, 1, kMaxTokens, &max_tokens)) return e;
   if (max_tokens > 0) r->max_tokens = static_cast<int32_t>(max_tokens);
 
-  double d = r->temperature;
+  double d = 0;
   if (auto e = f.Number("temperature", 0, 2, &d)) return e;
-  r->temperature = static_cast<float>(d);
-  d = r->top_p;
+  if (f.Get("temperature") != nullptr) r->temperature = static_cast<float>(d);
   if (auto e = f.Number("top_p", 0, 1, &d)) return e;
-  if (f.Get("top_p") != nullptr && d <= 0) return FieldError{"top_p", "top_p must be above 0"};
-  r->top_p = static_cast<float>(d);
+  if (f.Get("top_p") != nullptr) {
+    if (d <= 0) return FieldError{"top_p", "top_p must be above 0"};
+    r->top_p = static_cast<float>(d);
+  }
   int64_t top_k = 0;
   if (auto e = f.Integer("top_k", -1, 1 << 30, &top_k)) return e;
-  r->top_k = top_k < 0 ? 0 : static_cast<int32_t>(top_k);  // -1: no limit (vLLM's spelling)
+  if (f.Get("top_k") != nullptr) {
+    r->top_k = top_k < 0 ? 0 : static_cast<int32_t>(top_k);  // -1: no limit (vLLM's spelling)
+  }
   if (const Json* s = f.Get("seed")) {
     if (!s->is_number_integer()) return FieldError{"seed", "seed must be an integer"};
     r->seed = s->is_number_unsigned() ? s->get<uint64_t>()

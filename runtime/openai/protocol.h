@@ -40,9 +40,11 @@ struct GenerationRequest {
   std::vector<ChatMessage> messages;
 
   std::optional<int32_t> max_tokens;  // absent: what the context leaves
-  float temperature = 1.0f;           // OpenAI's default
-  float top_p = 1.0f;
-  int32_t top_k = 0;                  // 0: no limit
+  // Absent: the model's generation defaults (generation_config.json), else OpenAI's (temperature
+  // 1, top_p 1) and no top-k limit.
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<int32_t> top_k;       // 0: no limit
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;      // stop strings
   std::vector<TokenId> stop_token_ids;

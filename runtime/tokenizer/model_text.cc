@@ -48,6 +48,28 @@ std::string TokenString(const Json& v) {
   return "";
 }
 
+// Sampling defaults; values out of the API's ranges are the file's error.
+Result<GenerationDefaults> Defaults(const Json& gc, const fs::path& file) {
+  GenerationDefaults d;
+  auto number = [&](const char* key, double lo, double hi) -> Result<std::optional<double>> {
+    if (!gc.contains(key) || gc[key].is_null()) return std::optional<double>();
+    if (!gc[key].is_number() || gc[key].get<double>() < lo || gc[key].get<double>() > hi) {
+      return Status::InvalidArgument(file.string() + ": " + key + " must be a number in [" +
+                                     std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    return std::optional<double>(gc[key].get<double>());
+  };
+  CHUNKSERVE_ASSIGN_OR_RETURN(std::optional<double> temperature, number("temperature", 0, 100));
+  CHUNKSERVE_ASSIGN_OR_RETURN(std::optional<double> top_p, number("top_p", 0, 1));
+  CHUNKSERVE_ASSIGN_OR_RETURN(std::optional<double> top_k, number("top_k", 0, 1 << 30));
+  if (temperature) d.temperature = static_cast<float>(*temperature);
+  if (top_p && *top_p > 0) d.top_p = static_cast<float>(*top_p);
+  if (top_k) d.top_k = static_cast<int32_t>(*top_k);
+  // transformers samples only with do_sample; without it the file's temperature is unused.
+  if (!gc.value("do_sample", false)) d.temperature = 0.0f;
+  return d;
+}
+
 // The token that ends an assistant turn in the template's family, when the vocabulary has it.
 void AddEndOfTurn(const ModelText& t, std::vector<int32_t>* eos) {
   if (t.chat_template == nullptr) return;
@@ -138,7 +160,10 @@ Result<ModelText> FromFolder(const fs::path& dir) {
     }
   }
   CHUNKSERVE_ASSIGN_OR_RETURN(Json gc, ReadJson(dir / "generation_config.json"));
-  if (gc.is_object() && gc.contains("eos_token_id")) AddIds(gc["eos_token_id"], &eos);
+  if (gc.is_object()) {
+    if (gc.contains("eos_token_id")) AddIds(gc["eos_token_id"], &eos);
+    CHUNKSERVE_ASSIGN_OR_RETURN(t.defaults, Defaults(gc, dir / "generation_config.json"));
+  }
   CHUNKSERVE_ASSIGN_OR_RETURN(Json config, ReadJson(dir / "config.json"));
   if (config.is_object()) {
     if (config.contains("eos_token_id")) AddIds(config["eos_token_id"], &eos);

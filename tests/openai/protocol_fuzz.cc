@@ -24,9 +24,9 @@ void Check(chunkserve::openai::Endpoint e, std::string_view body) {
     return;
   }
   const GenerationRequest& g = *r;
-  Require(g.temperature >= 0 && g.temperature <= 2);
-  Require(g.top_p > 0 && g.top_p <= 1);
-  Require(g.top_k >= 0);
+  Require(!g.temperature.has_value() || (*g.temperature >= 0 && *g.temperature <= 2));
+  Require(!g.top_p.has_value() || (*g.top_p > 0 && *g.top_p <= 1));
+  Require(!g.top_k.has_value() || *g.top_k >= 0);
   Require(!g.max_tokens.has_value() || *g.max_tokens >= 1);
   Require(g.stop.size() <= 4);
   for (const auto& s : g.stop) Require(!s.empty());

@@ -69,9 +69,9 @@ TEST(ParseTest, SamplingAndLimits) {
       "stream_options": {"include_usage": true}, "n": 1, "presence_penalty": 0,
       "logprobs": false, "user": "u", "something_new": {"x": 1}})");
   EXPECT_EQ(*r.max_tokens, 7);
-  EXPECT_FLOAT_EQ(r.temperature, 0.5f);
-  EXPECT_FLOAT_EQ(r.top_p, 0.9f);
-  EXPECT_EQ(r.top_k, 40);
+  EXPECT_FLOAT_EQ(*r.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(*r.top_p, 0.9f);
+  EXPECT_EQ(*r.top_k, 40);
   EXPECT_EQ(*r.seed, 3u);
   EXPECT_EQ(r.stop, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(r.stop_token_ids, (std::vector<TokenId>{2}));
@@ -79,9 +79,10 @@ TEST(ParseTest, SamplingAndLimits) {
 
   GenerationRequest d = Ok(kC, R"({"prompt": "x", "stop": "END", "top_k": -1})");
   EXPECT_FALSE(d.max_tokens.has_value());
-  EXPECT_FLOAT_EQ(d.temperature, 1.0f);  // OpenAI's default
+  EXPECT_FALSE(d.temperature.has_value());  // the model's default, else OpenAI's
+  EXPECT_FALSE(d.top_p.has_value());
   EXPECT_EQ(d.stop, (std::vector<std::string>{"END"}));
-  EXPECT_EQ(d.top_k, 0);
+  EXPECT_EQ(*d.top_k, 0);
 }
 
 TEST(ParseTest, RefusesWhatItCannotHonour) {
