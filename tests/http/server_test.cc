@@ -10,10 +10,12 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <iterator>
 #include <string>
 #include <thread>
 
 #include "runtime/wire/listen.h"
+#include "tests/testing/random.h"
 
 namespace chunkserve::http {
 namespace {
@@ -221,6 +223,62 @@ TEST_F(HttpServerTest, SilentClientIsClosedAfterTheReadTimeout) {
   s.read_some(asio::buffer(buf), ec);  // returns when the server closes
   EXPECT_TRUE(ec == asio::error::eof || ec == asio::error::connection_reset) << ec.message();
   EXPECT_TRUE(Eventually([&] { return server_->connections() == 0; }));
+}
+
+// Malformed HTTP from a fuzzer's point of view: mutated requests over real sockets each get an
+// answer or a close, and the server keeps serving. (Beast parses; this checks what we do with it.)
+TEST_F(HttpServerTest, MutatedRequestsGetAnAnswerOrACloseAndTheServerLives) {
+  ServerOptions o;
+  o.read_timeout = 100ms;
+  o.max_body_bytes = 4096;
+  Start(o, [](Request r, std::shared_ptr<Responder> w) {
+    if (r.path == "/stream") {
+      w->StartStream(200, "text/event-stream");
+      w->Write("data: x\n\n");
+      w->End();
+      return;
+    }
+    w->Reply({200, "application/json", r.body, {}});
+  });
+  const std::vector<std::string> seeds = {
+      "GET /v1/models HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+      "POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
+      "Content-Length: 15\r\nConnection: close\r\n\r\n{\"prompt\": \"x\"}",
+      "POST /stream HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n"
+      "\r\n5\r\nhello\r\n0\r\n\r\n",
+      "GET /a HTTP/1.0\r\n\r\n"};
+  static const char* const kTokens[] = {"\r\n",
+                                        "\r\n\r\n",
+                                        ":",
+                                        " ",
+                                        "Content-Length: 99999999999",
+                                        "Transfer-Encoding: chunked\r\n",
+                                        "ffffffffffffffff\r\n",
+                                        "HTTP/9.9",
+                                        "\xff\xfe",
+                                        "%00",
+                                        "?",
+                                        "#"};
+  ::chunkserve::testing::Random rng(::chunkserve::testing::TestSeed());
+  for (int i = 0; i < 80; ++i) {
+    std::string s = seeds[static_cast<size_t>(rng.Int(0, static_cast<int64_t>(seeds.size()) - 1))];
+    for (int e = static_cast<int>(rng.Int(1, 3)); e > 0 && !s.empty(); --e) {
+      const size_t pos = static_cast<size_t>(rng.Int(0, static_cast<int64_t>(s.size()) - 1));
+      switch (rng.Int(0, 3)) {
+        case 0: s[pos] = static_cast<char>(s[pos] ^ (1 << rng.Int(0, 7))); break;
+        case 1:
+          s.insert(pos, kTokens[rng.Int(0, static_cast<int64_t>(std::size(kTokens)) - 1)]);
+          break;
+        case 2: s.erase(pos, static_cast<size_t>(rng.Int(1, 8))); break;
+        default: s.resize(pos); break;
+      }
+    }
+    const std::string out = Raw(s);  // returns once the server closed
+    EXPECT_TRUE(out.empty() || out.rfind("HTTP/1.", 0) == 0) << out.substr(0, 80);
+  }
+  auto c = Connect();
+  EXPECT_EQ(Send(c, bhttp::verb::get, "/alive").result_int(), 200);
+  EXPECT_TRUE(Eventually([&] { return server_->connections() == 1; }));
 }
 
 TEST(ErrorBodyTest, HasOpenAIShape) {
