@@ -178,7 +178,8 @@ std::optional<FieldError> ParseInto(Endpoint endpoint, const Json& root, Generat
   if (f.Get("temperature") != nullptr) r->temperature = static_cast<float>(d);
   if (auto e = f.Number("top_p", 0, 1, &d)) return e;
   if (f.Get("top_p") != nullptr) {
-    if (d <= 0) return FieldError{"top_p", "top_p must be above 0"};
+    // Checked as the float the sampler gets: 1e-91 is above 0 as a double, not as a float.
+    if (!(static_cast<float>(d) > 0)) return FieldError{"top_p", "top_p must be above 0"};
     r->top_p = static_cast<float>(d);
   }
   int64_t top_k = 0;

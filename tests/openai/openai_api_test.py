@@ -8,8 +8,9 @@ official `openai` Python package and with curl.
 Checks: /v1/models; chat and completions, streaming and not, through the worker and through the
 router (greedy answers equal on both paths and between stream and non-stream); usage with cached
 prompt tokens; stop strings; bad requests (400 with OpenAI's error shape and the offending param);
-an unknown model (404); the API key (401 without it); a client that disconnects mid-stream (the
-request is cancelled upstream and its KV chunks are released).
+an unknown model (404); the API key (401 without it); a wire port with TLS and a cluster secret
+behind the API; a client that disconnects mid-stream (the request is cancelled upstream and its KV
+chunks are released).
 
 Exits 77 (ctest: skipped) when the model or the `openai` package is missing, saying why.
 """
@@ -274,9 +275,15 @@ def main():
         keyfile = tempfile.NamedTemporaryFile("w", delete=False)
         keyfile.write("sk-test-0123456789abcdef\n")
         keyfile.close()
+        # The API key on HTTP; TLS and a cluster secret on the wire port the gateway talks to.
+        tls = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing", "tls")
+        env = dict(os.environ, CHUNKSERVE_CLUSTER_SECRET="cluster-secret-0123456789",
+                   CHUNKSERVE_CLIENT_TOKEN="client-token-0123456789")
         secured = Proc([f"{BIN}/chunkserve-worker", "--listen", "127.0.0.1:0",
                         "--http", "127.0.0.1:0", "--model", MODEL, "--served-model-name", NAME,
-                        "--kv-cache-mb", "64", "--api-key-file", keyfile.name])
+                        "--kv-cache-mb", "64", "--api-key-file", keyfile.name,
+                        "--tls-ca", f"{tls}/ca.pem", "--tls-cert", f"{tls}/node.pem",
+                        "--tls-key", f"{tls}/node.key"], env=env)
         procs.append(secured)
         code, out = curl(secured.url + "/v1/models")
         check(code == 401 and "error" in json.loads(out), "no API key gets 401")
@@ -285,6 +292,10 @@ def main():
         client = openai.OpenAI(base_url=secured.url + "/v1", api_key="sk-test-0123456789abcdef",
                                max_retries=0)
         check(client.models.list().data[0].id == NAME, "the right API key is accepted")
+        c = client.completions.create(model=NAME, prompt="Hello, my name is", max_tokens=8,
+                                      temperature=0)
+        check(c.usage.completion_tokens == 8,
+              "the gateway reaches a wire port with TLS and a cluster secret")
         code, _ = curl(secured.url + "/livez")
         check(code == 200, "probes need no API key")
         os.unlink(keyfile.name)

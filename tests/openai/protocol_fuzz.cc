@@ -3,6 +3,8 @@
 // parser promises, parsing is deterministic, and its responses render.
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
@@ -10,8 +12,13 @@
 
 namespace {
 
-void Require(bool cond) {
-  if (!cond) std::abort();
+// Aborts (what libFuzzer and the replay test report) naming the broken promise and the input.
+#define Require(cond) RequireImpl((cond), #cond, body)
+void RequireImpl(bool cond, const char* what, std::string_view body) {
+  if (cond) return;
+  std::fprintf(stderr, "oracle failed: %s\ninput (%zu bytes): %.*s\n", what, body.size(),
+               static_cast<int>(std::min<size_t>(body.size(), 2000)), body.data());
+  std::abort();
 }
 
 void Check(chunkserve::openai::Endpoint e, std::string_view body) {
