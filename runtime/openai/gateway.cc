@@ -235,7 +235,8 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
       if (auto self = weak.lock()) self->OnClientGone(id);
     });
     std::vector<uint8_t> frame = wire::EncodeGenerate(g);
-    if (upstream_ != nullptr && upstream_->established()) {
+    // A link still in its TLS handshake or authentication holds what is sent until it is through.
+    if (upstream_ != nullptr) {
       calls_[call->id] = call;
       SendOrFail(call, std::move(frame));
     } else {
