@@ -35,19 +35,6 @@ int ByteFallbackValue(const std::string& t) {
   return v;
 }
 
-void ReplaceAll(std::string* text, const std::string& from, const std::string& to) {
-  if (from.empty()) return;
-  std::string out;
-  size_t pos = 0;
-  for (size_t f; (f = text->find(from, pos)) != std::string::npos; pos = f + from.size()) {
-    out.append(*text, pos, f - pos);
-    out += to;
-  }
-  if (pos == 0) return;
-  out.append(*text, pos);
-  *text = std::move(out);
-}
-
 }  // namespace
 
 std::string Decoder::Decode(std::vector<std::string> tokens) const {

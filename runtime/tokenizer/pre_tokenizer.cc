@@ -84,18 +84,6 @@ Status SplitPieces(const Regex& pattern, SplitBehavior behavior, bool invert,
   return Status::Ok();
 }
 
-void ReplaceAll(std::string* text, std::string_view from, std::string_view to) {
-  std::string out;
-  size_t pos = 0;
-  for (size_t f; (f = text->find(from, pos)) != std::string::npos; pos = f + from.size()) {
-    out.append(*text, pos, f - pos);
-    out += to;
-  }
-  if (pos == 0) return;
-  out.append(*text, pos);
-  *text = std::move(out);
-}
-
 }  // namespace
 
 Status PreTokenizer::Apply(std::vector<Piece>* pieces) const {

@@ -197,4 +197,17 @@ int ByteLevelDecodeChar(char32_t cp) {
   return -1;
 }
 
+void ReplaceAll(std::string* text, std::string_view from, std::string_view to) {
+  if (from.empty()) return;
+  std::string out;
+  size_t pos = 0;
+  for (size_t f; (f = text->find(from, pos)) != std::string::npos; pos = f + from.size()) {
+    out.append(*text, pos, f - pos);
+    out += to;
+  }
+  if (pos == 0) return;
+  out.append(*text, pos);
+  *text = std::move(out);
+}
+
 }  // namespace chunkserve::tokenizer

@@ -44,6 +44,10 @@ const std::array<std::string, 256>& ByteLevelEncodeTable();
 // The byte a byte-level character stands for, or -1 for characters outside the table.
 int ByteLevelDecodeChar(char32_t cp);
 
+// Replaces every occurrence of `from` (non-empty; empty: nothing happens) in `text` by `to`, left
+// to right, without rescanning what was put in.
+void ReplaceAll(std::string* text, std::string_view from, std::string_view to);
+
 }  // namespace chunkserve::tokenizer
 
 #endif  // CHUNKSERVE_RUNTIME_TOKENIZER_UTF8_H_

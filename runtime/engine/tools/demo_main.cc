@@ -189,6 +189,24 @@ nlohmann::json ToJson(const Run& run, const Flags& f) {
           {"evicted_chunks", r.evicted_chunks}};
 }
 
+// The engine both the workload runs and the answers use.
+EngineOptions DemoEngineOptions(const Flags& f, bool sharing) {
+  EngineOptions o;
+  o.model_dir = f.model;
+  o.num_threads = f.threads;
+  o.chunk_size = f.chunk;
+  o.kv_cache_bytes = static_cast<uint64_t>(f.kv_cache_mb) << 20;
+  o.prefill_token_budget = f.budget;
+  o.max_batch_size = f.max_batch;
+  o.enable_prefix_sharing = sharing;
+  if (f.backend == "cuda") {
+    // The CUDA backend computes in the KV dtype, which must be 16-bit.
+    o.backend = chunkserve::engine::BackendKind::kCuda;
+    o.kv_dtype = chunkserve::kernels::DType::kF16;
+  }
+  return o;
+}
+
 // Readable answers from a real model, after the report: a few questions behind one system prompt,
 // greedy, through a fresh engine with sharing on. Models without tokenizer files (the tiny model)
 // have no text to show; that is said, not an error.
@@ -201,16 +219,7 @@ int PrintAnswers(const Flags& f) {
               << ")\n";
     return 0;
   }
-  EngineOptions o;
-  o.model_dir = f.model;
-  o.num_threads = f.threads;
-  o.chunk_size = f.chunk;
-  o.kv_cache_bytes = static_cast<uint64_t>(f.kv_cache_mb) << 20;
-  if (f.backend == "cuda") {
-    o.backend = chunkserve::engine::BackendKind::kCuda;
-    o.kv_dtype = chunkserve::kernels::DType::kF16;
-  }
-  auto engine = Engine::Create(o);
+  auto engine = Engine::Create(DemoEngineOptions(f, /*sharing=*/true));
   if (!engine.ok()) {
     std::cerr << "chunkserve-demo: cannot create the engine: " << engine.status() << "\n";
     return 1;
@@ -287,20 +296,7 @@ int main(int argc, char** argv) {
 
   std::vector<Run> runs;
   for (bool sharing : modes) {
-    EngineOptions o;
-    o.model_dir = f.model;
-    o.num_threads = f.threads;
-    o.chunk_size = f.chunk;
-    o.kv_cache_bytes = static_cast<uint64_t>(f.kv_cache_mb) << 20;
-    o.prefill_token_budget = f.budget;
-    o.max_batch_size = f.max_batch;
-    o.enable_prefix_sharing = sharing;
-    if (f.backend == "cuda") {
-      // The CUDA backend computes in the KV dtype, which must be 16-bit.
-      o.backend = chunkserve::engine::BackendKind::kCuda;
-      o.kv_dtype = chunkserve::kernels::DType::kF16;
-    }
-    auto engine = Engine::Create(o);
+    auto engine = Engine::Create(DemoEngineOptions(f, sharing));
     if (!engine.ok()) {
       std::cerr << "chunkserve-demo: cannot create the engine: " << engine.status() << "\n";
       return 1;
