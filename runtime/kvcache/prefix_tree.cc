@@ -202,7 +202,7 @@ void PrefixTree::Fill(uint32_t n, std::span<const TokenId> tokens) {
 void PrefixTree::OnFull(uint32_t n) {
   Node& node = nodes_[n];
   const uint64_t parent_hash = HashOf(node.parent);
-  node.hash = ChainChunkHash(
+  node.hash = Chain(
       parent_hash, std::span<const TokenId>(TokensOf(n), static_cast<size_t>(options_.chunk_size)));
   const uint32_t head = hash_index_.Find(node.hash);
   node.hash_prev = kNil;
@@ -306,7 +306,7 @@ void PrefixTree::MatchInternal(std::span<const TokenId> prompt, MatchPlan* plan)
   scratch_hashes_.clear();
   uint64_t h = hash_seed_;
   for (size_t begin = 0; begin + c <= prompt.size(); begin += c) {
-    h = ChainChunkHash(h, prompt.subspan(begin, c));
+    h = Chain(h, prompt.subspan(begin, c));
     if (hash_index_.Find(h) == internal::FlatIndex::kEmpty) break;
     scratch_hashes_.push_back(h);
   }
@@ -786,7 +786,7 @@ Status PrefixTree::CheckInvariants() const {
     }
     if (n.len == c) {
       ++full;
-      const uint64_t h = ChainChunkHash(
+      const uint64_t h = Chain(
           HashOf(n.parent), std::span<const TokenId>(TokensOf(x), static_cast<size_t>(c)));
       if (h != n.hash) return fail("chunk " + Str(x) + " carries a wrong hash");
       bool listed = false;

@@ -70,16 +70,23 @@
 #include "runtime/base/ids.h"
 #include "runtime/base/logging.h"
 #include "runtime/base/status.h"
+#include "runtime/kvcache/chunk_hash.h"
 #include "runtime/kvcache/flat_index.h"
 #include "runtime/kvcache/kv_events.h"
 
 namespace chunkserve::kv {
+
+// The chained chunk hash (chunk_hash.h: ChainChunkHash).
+using ChunkHashFn = uint64_t (*)(uint64_t prev_hash, std::span<const TokenId> tokens);
 
 struct PrefixTreeOptions {
   int32_t chunk_size = 64;         // tokens per chunk, >= 1
   int32_t num_slots = 0;           // KV slots in the pool, >= 1; fixed for the tree's lifetime
   uint64_t slot_bytes = 0;         // bytes of K and V one slot holds (all layers); accounting only
   uint64_t model_fingerprint = 0;  // seeds the chunk hash chain (chunk_hash.h)
+  // Test seam: another chain hash (null: ChainChunkHash). Tests pass a weak one to force the
+  // 64-bit collisions that the token-by-token verification must catch; production never sets it.
+  ChunkHashFn chunk_hash = nullptr;
 };
 
 // Copy the K/V of token positions [0, num_tokens) of chunk slot `src` into slot `dst`, for every
@@ -362,6 +369,10 @@ class PrefixTree {
     return tokens_.data() + static_cast<size_t>(node) * options_.chunk_size;
   }
   uint64_t HashOf(uint32_t node) const { return node == root_ ? hash_seed_ : nodes_[node].hash; }
+  uint64_t Chain(uint64_t prev, std::span<const TokenId> tokens) const {
+    return options_.chunk_hash != nullptr ? options_.chunk_hash(prev, tokens)
+                                          : ChainChunkHash(prev, tokens);
+  }
   uint32_t NewChunk(uint32_t parent, std::span<const TokenId> tokens);
   void Fill(uint32_t node, std::span<const TokenId> tokens);
   void OnFull(uint32_t node);

@@ -667,3 +667,59 @@ TEST_F(PrefixTreeTest, GroupBatchRejectsUnknownAndDuplicateSequences) {
 
 }  // namespace
 }  // namespace chunkserve::kv
+
+// ---- Hash collisions (through the test seam) ----
+
+namespace chunkserve::kv {
+namespace {
+
+// A chain hash that collides on purpose: chunks whose first tokens have the same parity get the
+// same hash under the same parent.
+uint64_t ParityHash(uint64_t prev, std::span<const TokenId> tokens) {
+  return prev * 31 + static_cast<uint64_t>(tokens[0] & 1) + 1;
+}
+
+class CollidingPrefixTreeTest : public PrefixTreeTest {
+ protected:
+  void SetUp() override {
+    Result<PrefixTree> t = PrefixTree::Create(
+        {.chunk_size = 4, .num_slots = 16, .slot_bytes = 1000, .chunk_hash = &ParityHash});
+    ASSERT_OK(t.status());
+    tree_.emplace(std::move(*t));
+  }
+};
+
+TEST_F(CollidingPrefixTreeTest, ACollidingChunkIsNeverShared) {
+  const std::vector<TokenId> a = {2, 5, 6, 7, 9};
+  const SeqId sa = AddSeq(a);
+  // Same hash as a's first chunk (first token even), other tokens: must not alias a's K/V.
+  const std::vector<TokenId> b = {4, 8, 8, 8, 1};
+  EXPECT_EQ(tree().Match(b).num_tokens, 0);
+  const SeqId sb = AddSeq(b);
+  EXPECT_EQ(Spell(sb), b);
+  EXPECT_NE(Path(sb)[0], Path(sa)[0]);
+  EXPECT_EQ(tree().HashCopies(ParityHash(tree().hash_seed(), std::vector<TokenId>{2})), 2);
+  // A true match still shares, whichever colliding copy the index lists first.
+  const std::vector<TokenId> c = {2, 5, 6, 7, 3};
+  EXPECT_EQ(tree().Match(c).num_tokens, 4);
+  const SeqId sc = AddSeq(c);
+  EXPECT_EQ(Path(sc)[0], Path(sa)[0]);
+  const std::vector<TokenId> d = {4, 8, 8, 8, 0};
+  EXPECT_EQ(tree().Match(d).num_tokens, 4);
+  const SeqId sd = AddSeq(d);
+  EXPECT_EQ(Path(sd)[0], Path(sb)[0]);
+  EXPECT_EQ(Spell(sd), d);
+}
+
+// Deeper: the second chunk collides under a first chunk that truly matches.
+TEST_F(CollidingPrefixTreeTest, ACollisionBelowATrueMatchBacksOffOneChunk) {
+  const std::vector<TokenId> a = {1, 1, 1, 1, 2, 2, 2, 2, 9};
+  AddSeq(a);
+  const std::vector<TokenId> b = {1, 1, 1, 1, 4, 6, 8, 0, 9};  // chunk 2 collides with a's
+  EXPECT_EQ(tree().Match(b).num_tokens, 4);
+  const SeqId sb = AddSeq(b);
+  EXPECT_EQ(Spell(sb), b);
+}
+
+}  // namespace
+}  // namespace chunkserve::kv
