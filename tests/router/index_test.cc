@@ -151,6 +151,25 @@ TEST_F(PrefixIndexTest, GapMakesWorkerUnusableUntilSnapshot) {
   EXPECT_EQ(index_->Stats().gaps, 1u);
 }
 
+// A snapshot replaces what the worker held, also within one generation and without a gap (a
+// resubscription): chunks it no longer lists are gone from the index.
+TEST_F(PrefixIndexTest, SnapshotOfTheSameGenerationClearsStaleEntries) {
+  const auto a = Chain(1, 4), b = Chain(2, 2);
+  Apply(0, Snapshot(1, 3, Stored(a, 0, 4)), KvApplyOutcome::kApplied);
+  Apply(1, Snapshot(1, 1, Stored(a, 0, 4)), KvApplyOutcome::kApplied);
+  ASSERT_EQ(Match(a), (std::map<uint32_t, int32_t>{{0, 4}, {1, 4}}));
+  std::vector<kv::StoredChunkHash> now = Stored(a, 0, 1);
+  for (const auto& s : Stored(b, 0, 2)) now.push_back(s);
+  Apply(0, Snapshot(1, 7, now), KvApplyOutcome::kApplied);
+  EXPECT_TRUE(index_->IsUsable(WorkerId(0)));
+  EXPECT_EQ(Match(a), (std::map<uint32_t, int32_t>{{0, 1}, {1, 4}}));
+  EXPECT_EQ(Match(b), (std::map<uint32_t, int32_t>{{0, 2}}));
+  EXPECT_EQ(index_->Stats().holder_entries, 3u + 4u);
+  // And increments continue from the snapshot's sequence.
+  Apply(0, Increment(1, 8, {}, {b[1]}), KvApplyOutcome::kApplied);
+  EXPECT_EQ(Match(b), (std::map<uint32_t, int32_t>{{0, 1}}));
+}
+
 TEST_F(PrefixIndexTest, IncrementBeforeAnySnapshotNeedsSnapshot) {
   Apply(0, Increment(1, 1, Stored(Chain(1, 1), 0, 1), {}), KvApplyOutcome::kNeedSnapshot);
   EXPECT_TRUE(Match(Chain(1, 1)).empty());
