@@ -1,5 +1,6 @@
-// libFuzzer target for the wire decoder: any bytes, any split, never a crash or a leak; and for
-// the client protocol codecs, whatever decodes re-encodes to an equal message.
+// libFuzzer target for the wire decoder: any bytes, any split, never a crash or a leak; one-shot
+// and incremental decoding agree (so trailing bytes after a frame are refused); and for the client
+// protocol codecs, whatever decodes re-encodes to an equal message.
 // Built as a normal object; wire_fuzz_replay_test.cc replays the corpus and mutations in ctest
 // (under ASan/UBSan). With clang: clang++ -fsanitize=fuzzer,address wire_fuzz.cc ...
 #include <cstddef>
@@ -38,7 +39,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                             .max_segments = 16,
                             .traversal_limit_words = 1u << 16,
                             .nesting_limit = 16};
-  (void)chunkserve::wire::DecodeFrame(data, size, limits);
+  // One-shot and incremental decoding agree: DecodeFrame accepts exactly the inputs that are one
+  // whole frame for the incremental decoder (no trailing bytes, no second frame), with the same
+  // message.
+  auto one_shot = chunkserve::wire::DecodeFrame(data, size, limits);
+  {
+    FrameDecoder whole(limits);
+    DecodedMessage m;
+    int frames = 0;
+    size_t first_bytes = 0;
+    Envelope::Which first_which = Envelope::Which::GENERATE;
+    const bool fed = whole.Feed(data, size).ok();
+    while (fed && whole.Next(&m)) {
+      if (frames++ == 0) {
+        first_bytes = m.frame_bytes();
+        first_which = m.root().which();
+      }
+    }
+    const bool exactly_one = fed && frames == 1 && first_bytes == size;
+    if (one_shot.ok() != exactly_one) __builtin_trap();
+    if (one_shot.ok() && one_shot->root().which() != first_which) __builtin_trap();
+  }
   // Incremental, split at a data-dependent point.
   FrameDecoder decoder(limits);
   const size_t split = size == 0 ? 0 : data[0] % (size + 1);
