@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "tests/testing/random.h"
@@ -137,6 +138,68 @@ TEST(SamplerTest, TemperatureTopKAndTopPGiveTheRenormalizedDistribution) {
       EXPECT_NEAR(count[i], kDraws * want[i], 5 * sd)
           << "T " << c.temperature << " top_k " << c.top_k << " top_p " << c.top_p << " token "
           << i;
+    }
+  }
+}
+
+// Pearson's chi-square over the grid temperature x top_k x top_p, temperatures far from 1
+// included, against the independently computed distribution. The statistic of a correct sampler
+// follows chi-square with (kept tokens - 1) degrees of freedom; the bound, df + 8 sqrt(2 df) + 8,
+// is beyond its 1e-9 quantile for these df, while a sampler that ignores the temperature, top_k
+// or top_p misses by hundreds. Filtered tokens must never appear.
+TEST(SamplerTest, ChiSquareOverTemperatureTopKAndTopP) {
+  const std::vector<double> p = {0.28, 0.2, 0.16, 0.12, 0.1, 0.08, 0.06};
+  std::vector<float> logits;
+  for (double v : p) logits.push_back(static_cast<float>(std::log(v)));
+  const uint64_t seed = testing::TestSeed();
+  int cases = 0;
+  for (float t : {0.1f, 0.4f, 1.0f, 3.0f, 10.0f}) {
+    for (int top_k : {0, 2, 5}) {
+      for (float top_p : {1.0f, 0.6f}) {
+        const std::vector<double> want = Expected(logits, t, top_k, top_p);
+        Sampler s({.temperature = t,
+                   .top_k = top_k,
+                   .top_p = top_p,
+                   .seed = seed + static_cast<uint64_t>(cases++)});
+        constexpr int kDraws = 20000;
+        std::vector<int> count(p.size());
+        for (int i = 0; i < kDraws; ++i) ++count[s.Sample(logits)];
+        // Bins: tokens expected at least 5 times each; rarer kept tokens pooled into one bin (or
+        // into the last bin when even the pool is rarer), as the chi-square approximation needs.
+        std::vector<std::pair<double, double>> bins;  // (observed, expected)
+        std::pair<double, double> pool{0, 0};
+        for (size_t i = 0; i < p.size(); ++i) {
+          const std::string where = "T " + std::to_string(t) + " top_k " +
+                                    std::to_string(top_k) + " top_p " + std::to_string(top_p) +
+                                    " token " + std::to_string(i);
+          if (want[i] == 0.0) {
+            EXPECT_EQ(count[i], 0) << where << " is filtered";
+            continue;
+          }
+          const double expected = kDraws * want[i];
+          if (expected >= 5) {
+            bins.emplace_back(count[i], expected);
+          } else {
+            pool.first += count[i];
+            pool.second += expected;
+          }
+        }
+        if (pool.second >= 5 || bins.empty()) {
+          bins.push_back(pool);
+        } else {
+          bins.back().first += pool.first;
+          bins.back().second += pool.second;
+        }
+        double chi2 = 0;
+        for (const auto& [observed, expected] : bins) {
+          if (expected > 0) chi2 += (observed - expected) * (observed - expected) / expected;
+        }
+        const int kept = static_cast<int>(bins.size());
+        const double df = std::max(1, kept - 1);
+        EXPECT_LT(chi2, df + 8 * std::sqrt(2 * df) + 8)
+            << "T " << t << " top_k " << top_k << " top_p " << top_p << ": chi-square " << chi2
+            << " with " << df << " degrees of freedom";
+      }
     }
   }
 }
