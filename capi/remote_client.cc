@@ -17,6 +17,7 @@
 #include "runtime/wire/client_protocol.h"
 #include "runtime/wire/connection.h"
 #include "runtime/wire/framing.h"
+#include "runtime/wire/messages.h"
 
 namespace chunkserve::capi {
 
@@ -77,12 +78,6 @@ std::vector<uint8_t> HealthFrame() {
   capnp::MallocMessageBuilder builder;
   builder.initRoot<Envelope>().initHealthRequest();
   return Encode(builder);
-}
-
-StatusCode FromWire(wire::schema::ErrorCode code) {
-  const auto v = static_cast<uint16_t>(code);
-  return v <= static_cast<uint16_t>(StatusCode::kUnauthenticated) ? static_cast<StatusCode>(v)
-                                                          : StatusCode::kInternal;
 }
 
 // Removes and returns every live request and marks the core down (network thread, or after it
@@ -294,7 +289,7 @@ void OnMessage(ClientCore& c, wire::DecodedMessage& message) {
     }
     case Envelope::ERROR: {
       auto e = root.getError();
-      const StatusCode code = FromWire(e.getCode());
+      const StatusCode code = wire::FromWireErrorCode(e.getCode());
       const std::string text = e.getMessage().cStr();
       if (e.getRequestId() == 0) {
         // A connection-level error. Unimplemented answers a message the server does not serve

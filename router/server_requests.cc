@@ -310,7 +310,7 @@ void Server::OnUpstreamError(WorkerId worker, wire::schema::Error::Reader e) {
     FinishToClient(*p, FinishReason::kCancelled, Status::Ok(), 0);
     return;
   }
-  Fail(*p, Status(static_cast<StatusCode>(e.getCode()), e.getMessage().cStr()));
+  Fail(*p, Status(wire::FromWireErrorCode(e.getCode()), e.getMessage().cStr()));
 }
 
 }  // namespace chunkserve::router::server_internal

@@ -329,8 +329,7 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
       }
       case Envelope::ERROR: {
         auto e = root.getError();
-        const auto code = static_cast<StatusCode>(static_cast<int>(e.getCode()));
-        const Status status(code, e.getMessage().cStr());
+        const Status status(wire::FromWireErrorCode(e.getCode()), e.getMessage().cStr());
         if (e.getRequestId() == 0) {
           LOG(WARNING) << "gateway: the serving port says: " << status.ToString();
           return;

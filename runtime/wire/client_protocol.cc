@@ -106,12 +106,8 @@ FinishMessage DecodeFinish(schema::Finish::Reader f) {
   m.reason = reason >= 0 && reason <= static_cast<int32_t>(FinishReason::kUnavailable)
                  ? static_cast<FinishReason>(reason)
                  : FinishReason::kError;
-  const auto code = static_cast<int32_t>(f.getErrorCode());
-  if (code != 0) {
-    const StatusCode c = code > 0 && code <= static_cast<int32_t>(StatusCode::kUnauthenticated)
-                             ? static_cast<StatusCode>(code)
-                             : StatusCode::kInternal;
-    m.error = Status(c, f.getErrorMessage().cStr());
+  if (f.getErrorCode() != schema::ErrorCode::OK) {
+    m.error = Status(FromWireErrorCode(f.getErrorCode()), f.getErrorMessage().cStr());
   }
   m.prompt_tokens = f.getPromptTokens();
   m.cached_tokens = f.getCachedTokens();

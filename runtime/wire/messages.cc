@@ -13,6 +13,12 @@ schema::ErrorCode ToWireErrorCode(StatusCode code) {
                                                           : schema::ErrorCode::INTERNAL;
 }
 
+StatusCode FromWireErrorCode(schema::ErrorCode code) {
+  const auto v = static_cast<uint16_t>(code);
+  return v <= static_cast<uint16_t>(StatusCode::kUnauthenticated) ? static_cast<StatusCode>(v)
+                                                                  : StatusCode::kInternal;
+}
+
 bool IsRetryable(StatusCode code) {
   return code == StatusCode::kResourceExhausted || code == StatusCode::kUnavailable;
 }

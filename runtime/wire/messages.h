@@ -15,6 +15,8 @@ namespace chunkserve::wire {
 
 // The wire ErrorCode of a StatusCode (their numeric values are equal); unknown codes: internal.
 schema::ErrorCode ToWireErrorCode(StatusCode code);
+// The StatusCode of a wire ErrorCode; a code this build does not know (a newer peer) is internal.
+StatusCode FromWireErrorCode(schema::ErrorCode code);
 
 // Whether retrying (elsewhere or later) may succeed: overloaded (resource exhausted) and
 // unavailable.
