@@ -111,8 +111,8 @@ class GroupRunner final : public forward::StepRunner {
     return NameTheRank(leader_->Forward(batch, logits));
   }
   Status ForwardSample(const forward::StepBatch& batch, std::span<const backend::SampleRow> rows,
-                       std::span<TokenId> tokens) override {
-    return NameTheRank(leader_->ForwardSample(batch, rows, tokens));
+                       std::span<TokenId> tokens, std::span<TokenLogprobs> logprobs) override {
+    return NameTheRank(leader_->ForwardSample(batch, rows, tokens, logprobs));
   }
 
  private:

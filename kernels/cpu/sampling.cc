@@ -72,4 +72,42 @@ int32_t SampleToken(std::span<const float> logits, const SamplingRule& rule, dou
   return cand[kept - 1].second;  // rounding left target == kept_total
 }
 
+float TokenLogprobs(std::span<const float> logits, int32_t token, int32_t k, int32_t* top_ids,
+                    float* top_logprobs, int32_t* top_count, SamplingScratch* scratch) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  *top_count = 0;
+  double max_logit = -std::numeric_limits<double>::infinity();
+  for (const float x : logits) {
+    if (std::isfinite(x)) max_logit = std::max(max_logit, static_cast<double>(x));
+  }
+  if (!std::isfinite(max_logit)) return kNegInf;
+  double total = 0.0;
+  for (const float x : logits) {
+    if (std::isfinite(x)) total += std::exp(static_cast<double>(x) - max_logit);
+  }
+  const double log_z = max_logit + std::log(total);
+  const auto logprob = [&](float x) {
+    return std::isfinite(x) ? static_cast<float>(static_cast<double>(x) - log_z) : kNegInf;
+  };
+  if (k > 0) {
+    auto& cand = scratch->candidates;
+    cand.clear();
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (std::isfinite(logits[i])) cand.emplace_back(logits[i], static_cast<int32_t>(i));
+    }
+    const size_t n = std::min(cand.size(), static_cast<size_t>(k));
+    std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(n), cand.end(),
+                      [](const auto& a, const auto& b) {
+                        return a.first > b.first || (a.first == b.first && a.second < b.second);
+                      });
+    for (size_t i = 0; i < n; ++i) {
+      top_ids[i] = cand[i].second;
+      top_logprobs[i] = logprob(cand[i].first);
+    }
+    *top_count = static_cast<int32_t>(n);
+  }
+  const bool in_range = token >= 0 && static_cast<size_t>(token) < logits.size();
+  return in_range ? logprob(logits[static_cast<size_t>(token)]) : kNegInf;
+}
+
 }  // namespace chunkserve::kernels::cpu

@@ -43,6 +43,15 @@ struct SamplingScratch {
 int32_t SampleToken(std::span<const float> logits, const SamplingRule& rule, double u,
                     SamplingScratch* scratch);
 
+// Log-probabilities under the model's own distribution softmax(logits) — before temperature and
+// the top-k / top-p filters, as OpenAI's API reports them — computed in fp64 over the finite
+// logits (a non-finite logit has probability 0, log -inf). Returns log p(token) and writes the
+// min(k, number of finite logits) most likely tokens, by logit descending then id ascending, to
+// top_ids / top_logprobs (each with room for k) and their number to *top_count. No finite logit:
+// -inf and no top tokens.
+float TokenLogprobs(std::span<const float> logits, int32_t token, int32_t k, int32_t* top_ids,
+                    float* top_logprobs, int32_t* top_count, SamplingScratch* scratch);
+
 }  // namespace chunkserve::kernels::cpu
 
 #endif  // CHUNKSERVE_KERNELS_CPU_SAMPLING_H_

@@ -26,6 +26,7 @@
 
 #include "kernels/attention_params.h"
 #include "runtime/base/ids.h"
+#include "runtime/base/logprobs.h"
 #include "runtime/base/status.h"
 #include "runtime/model/dtype.h"
 #include "runtime/parallel/communicator.h"
@@ -77,7 +78,8 @@ struct SampleRow {
   float temperature = 0.0f;
   int32_t top_k = 0;
   float top_p = 1.0f;
-  double uniform = 0.0;  // in [0, 1); ignored when greedy
+  double uniform = 0.0;   // in [0, 1); ignored when greedy
+  int32_t logprobs = -1;  // -1: none; k in [0, kMaxTopLogprobs]: the token's and the k best
 };
 
 class Backend {
@@ -144,9 +146,12 @@ class Backend {
   // Copies logits [rows, vocab] fp32 to the host.
   virtual Status ReadLogits(const Tensor& logits, int32_t rows, int32_t vocab,
                             std::span<float> out) = 0;
-  // Samples one token per row of logits [rows, vocab] next to them; only the ids come back.
+  // Samples one token per row of logits [rows, vocab] next to them; only the ids come back, and
+  // for each row whose params ask for logprobs, logprobs[row] (kernels/cpu/sampling.h's
+  // TokenLogprobs); `logprobs` may be empty when no row asks.
   virtual Status Sample(const Tensor& logits, int32_t rows, int32_t vocab,
-                        std::span<const SampleRow> params, std::span<TokenId> out) = 0;
+                        std::span<const SampleRow> params, std::span<TokenId> out,
+                        std::span<TokenLogprobs> logprobs) = 0;
   // Waits for everything queued (a step without logits).
   virtual Status Finish() = 0;
 };

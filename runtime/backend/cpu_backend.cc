@@ -12,6 +12,7 @@
 #include "kernels/cpu/dtype.h"
 #include "kernels/cpu/kv_append.h"
 #include "kernels/cpu/model_ops.h"
+#include "runtime/backend/row_logprobs.h"
 
 namespace chunkserve::backend {
 namespace {
@@ -293,15 +294,22 @@ Status CpuBackend::ReadLogits(const Tensor& logits, int32_t rows, int32_t vocab,
 }
 
 Status CpuBackend::Sample(const Tensor& logits, int32_t rows, int32_t vocab,
-                          std::span<const SampleRow> params, std::span<TokenId> out) {
+                          std::span<const SampleRow> params, std::span<TokenId> out,
+                          std::span<TokenLogprobs> logprobs) {
   if (params.size() < static_cast<size_t>(rows) || out.size() < static_cast<size_t>(rows)) {
     return Status::InvalidArgument("Sample: one parameter set and one output per row");
   }
   for (int32_t r = 0; r < rows; ++r) {
     const SampleRow& p = params[r];
-    out[r] = kc::SampleToken(
-        std::span<const float>(F(logits) + static_cast<size_t>(r) * vocab, vocab),
-        {.temperature = p.temperature, .top_k = p.top_k, .top_p = p.top_p}, p.uniform, &sampling_);
+    const std::span<const float> row(F(logits) + static_cast<size_t>(r) * vocab, vocab);
+    out[r] = kc::SampleToken(row, {.temperature = p.temperature, .top_k = p.top_k, .top_p = p.top_p},
+                             p.uniform, &sampling_);
+    if (p.logprobs >= 0) {
+      if (logprobs.size() < static_cast<size_t>(rows)) {
+        return Status::InvalidArgument("Sample: a row asks for logprobs without an output for them");
+      }
+      RowLogprobs(row, out[r], p.logprobs, &sampling_, &logprobs[r]);
+    }
   }
   return Status::Ok();
 }

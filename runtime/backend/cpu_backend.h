@@ -70,7 +70,8 @@ class CpuBackend final : public Backend {
   Status ReadLogits(const Tensor& logits, int32_t rows, int32_t vocab,
                     std::span<float> out) override;
   Status Sample(const Tensor& logits, int32_t rows, int32_t vocab,
-                std::span<const SampleRow> params, std::span<TokenId> out) override;
+                std::span<const SampleRow> params, std::span<TokenId> out,
+                std::span<TokenLogprobs> logprobs) override;
   Status Finish() override { return Status::Ok(); }
 
  private:

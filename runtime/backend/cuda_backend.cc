@@ -20,6 +20,7 @@
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/sampling.h"
 #include "kernels/cuda/shapes.h"
+#include "runtime/backend/row_logprobs.h"
 
 namespace chunkserve::backend {
 namespace {
@@ -495,10 +496,16 @@ Status CudaBackend::ReadLogits(const Tensor& logits, int32_t rows, int32_t vocab
 }
 
 Status CudaBackend::Sample(const Tensor& logits, int32_t rows, int32_t vocab,
-                           std::span<const SampleRow> params, std::span<TokenId> out) {
+                           std::span<const SampleRow> params, std::span<TokenId> out,
+                           std::span<TokenLogprobs> logprobs) {
   Impl& m = *impl_;
   if (params.size() < static_cast<size_t>(rows) || out.size() < static_cast<size_t>(rows)) {
     return Status::InvalidArgument("Sample: one parameter set and one output per row");
+  }
+  for (int32_t r = 0; r < rows; ++r) {
+    if (params[r].logprobs >= 0 && logprobs.size() < static_cast<size_t>(rows)) {
+      return Status::InvalidArgument("Sample: a row asks for logprobs without an output for them");
+    }
   }
   CHUNKSERVE_RETURN_IF_ERROR(m.Use());
   if (rows == 0) return m.Sync("forward step");
@@ -550,18 +557,22 @@ Status CudaBackend::Sample(const Tensor& logits, int32_t rows, int32_t vocab,
       "cudaMemcpyAsync (tokens)"));
   CHUNKSERVE_RETURN_IF_ERROR(m.Sync("forward step"));
   for (size_t r = 0; r < R; ++r) {
-    if (ids[r] >= 0) {
-      out[r] = ids[r];
-      continue;
-    }
-    // More candidates than the device sorts: this row's logits come up and the host samples them
-    // by the same rule and draw.
+    const SampleRow& p = params[r];
+    // A row whose logits the host needs: one with more candidates than the device sorts (the
+    // host samples it by the same rule and draw), or one asking for logprobs (rare, and
+    // computed by the same code as on the CPU backend).
+    const bool host_sample = ids[r] < 0;
+    if (!host_sample) out[r] = ids[r];
+    if (!host_sample && p.logprobs < 0) continue;
     m.host_row.resize(static_cast<size_t>(vocab));
     CHUNKSERVE_RETURN_IF_ERROR(FromCuda(cudaMemcpy(m.host_row.data(), d_logits + r * vocab,
                                                    vocab * sizeof(float), cudaMemcpyDeviceToHost),
                                         "cudaMemcpy (logits row)"));
-    const SampleRow& p = params[r];
-    out[r] = kc::SampleToken(m.host_row, {p.temperature, p.top_k, p.top_p}, p.uniform, &m.scratch);
+    if (host_sample) {
+      out[r] = kc::SampleToken(m.host_row, {p.temperature, p.top_k, p.top_p}, p.uniform,
+                               &m.scratch);
+    }
+    if (p.logprobs >= 0) RowLogprobs(m.host_row, out[r], p.logprobs, &m.scratch, &logprobs[r]);
   }
   return Status::Ok();
 }

@@ -92,7 +92,8 @@ class CudaBackend final : public Backend {
   Status ReadLogits(const Tensor& logits, int32_t rows, int32_t vocab,
                     std::span<float> out) override;
   Status Sample(const Tensor& logits, int32_t rows, int32_t vocab,
-                std::span<const SampleRow> params, std::span<TokenId> out) override;
+                std::span<const SampleRow> params, std::span<TokenId> out,
+                std::span<TokenLogprobs> logprobs) override;
   Status Finish() override;
 
   // Host-to-device bytes the last SetDecodePlan copied (0: the plan was unchanged).

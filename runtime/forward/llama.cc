@@ -138,14 +138,14 @@ Status LlamaModel::Forward(const StepBatch& batch, std::span<float> logits) {
 }
 
 Status LlamaModel::ForwardSample(const StepBatch& batch, std::span<const backend::SampleRow> rows,
-                                 std::span<TokenId> tokens) {
+                                 std::span<TokenId> tokens, std::span<TokenLogprobs> logprobs) {
   const int32_t n = static_cast<int32_t>(batch.logit_rows.size());
   if (rows.size() != static_cast<size_t>(n) || tokens.size() < static_cast<size_t>(n)) {
     return Status::InvalidArgument("one sampling row and one token per logit row");
   }
   CHUNKSERVE_RETURN_IF_ERROR(Run(batch));
   if (n == 0 || batch.tokens.empty()) return backend_->Finish();
-  return backend_->Sample(logits_, n, config_.vocab_size, rows, tokens);
+  return backend_->Sample(logits_, n, config_.vocab_size, rows, tokens, logprobs);
 }
 
 Status LlamaModel::Run(const StepBatch& b) {

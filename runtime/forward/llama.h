@@ -79,7 +79,7 @@ class LlamaModel final : public StepRunner {
   int32_t vocab_size() const override { return config_.vocab_size; }
   Status Forward(const StepBatch& batch, std::span<float> logits) override;
   Status ForwardSample(const StepBatch& batch, std::span<const backend::SampleRow> rows,
-                       std::span<TokenId> tokens) override;
+                       std::span<TokenId> tokens, std::span<TokenLogprobs> logprobs) override;
 
   backend::Backend& backend() { return *backend_; }
 

@@ -2,9 +2,9 @@
 // definition over a Backend); the tensor-parallel leader (runtime/parallel/tp_runner.h) wraps one
 // to drive a group of ranks.
 //
-//   runner->ForwardSample(batch, rows, tokens);   // the engine's path: tokens, sampled on the
-//                                                 // backend next to the logits
-//   runner->Forward(batch, logits);               // logits to the host (tests, references)
+//   runner->ForwardSample(batch, rows, tokens, logprobs);  // the engine's path: tokens (and
+//                                  // logprobs where asked), sampled on the backend by the logits
+//   runner->Forward(batch, logits);  // logits to the host (tests, references)
 //
 // Thread safety: none; used from the engine's step thread only.
 #ifndef CHUNKSERVE_RUNTIME_FORWARD_STEP_RUNNER_H_
@@ -35,9 +35,10 @@ class StepRunner {
   virtual Status Forward(const StepBatch& batch, std::span<float> logits) = 0;
 
   // Runs the step and samples one token per logit row (rows[i] for batch.logit_rows[i]) on the
-  // backend; only the token ids reach the host.
+  // backend; only the token ids reach the host, and logprobs[i] for each row that asks for them
+  // (`logprobs` may be empty when none does).
   virtual Status ForwardSample(const StepBatch& batch, std::span<const backend::SampleRow> rows,
-                               std::span<TokenId> tokens) = 0;
+                               std::span<TokenId> tokens, std::span<TokenLogprobs> logprobs) = 0;
 };
 
 }  // namespace chunkserve::forward

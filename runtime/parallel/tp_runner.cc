@@ -189,8 +189,9 @@ Status TpLeaderRunner::Forward(const forward::StepBatch& batch, std::span<float>
 
 Status TpLeaderRunner::ForwardSample(const forward::StepBatch& batch,
                                      std::span<const backend::SampleRow> rows,
-                                     std::span<TokenId> tokens) {
-  return Step(batch, [&] { return local_->ForwardSample(batch, rows, tokens); });
+                                     std::span<TokenId> tokens,
+                                     std::span<TokenLogprobs> logprobs) {
+  return Step(batch, [&] { return local_->ForwardSample(batch, rows, tokens, logprobs); });
 }
 
 void TpLeaderRunner::HeartbeatLoop() {

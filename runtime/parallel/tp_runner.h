@@ -71,7 +71,7 @@ class TpLeaderRunner final : public forward::StepRunner {
   int32_t vocab_size() const override { return local_->vocab_size(); }
   Status Forward(const forward::StepBatch& batch, std::span<float> logits) override;
   Status ForwardSample(const forward::StepBatch& batch, std::span<const backend::SampleRow> rows,
-                       std::span<TokenId> tokens) override;
+                       std::span<TokenId> tokens, std::span<TokenLogprobs> logprobs) override;
 
   // Marks the group failed (first reason wins), aborts the communicator and runs the callback.
   void Fail(const Status& reason);

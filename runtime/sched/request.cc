@@ -39,6 +39,11 @@ Status ValidateRequest(const RequestOptions& r, int32_t vocab_size, int32_t max_
   if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
     return Status::InvalidArgument("top_p must be in (0, 1]");
   }
+  if (r.logprobs < -1 || r.logprobs > kMaxTopLogprobs) {
+    return Status::InvalidArgument("logprobs must be -1 (none) or in [0, " +
+                                   std::to_string(kMaxTopLogprobs) + "], got " +
+                                   std::to_string(r.logprobs));
+  }
   return Status::Ok();
 }
 

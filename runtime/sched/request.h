@@ -12,6 +12,7 @@
 
 #include "runtime/base/finish_reason.h"
 #include "runtime/base/ids.h"
+#include "runtime/base/logprobs.h"
 #include "runtime/base/status.h"
 
 namespace chunkserve::sched {
@@ -36,6 +37,9 @@ struct RequestOptions {
   std::vector<TokenId> stop_tokens;     // generating one of these ends the request (kStopToken)
   std::optional<Clock::time_point> deadline;  // past it the request ends with kDeadline
   int32_t priority = 0;                 // higher runs first and is preempted last
+  // -1: none; k in [0, kMaxTopLogprobs]: every generated token comes with its log-probability
+  // and the k most likely tokens at its position (runtime/base/logprobs.h).
+  int32_t logprobs = -1;
 };
 
 // Validates a request against the model: returns InvalidArgument naming the first problem.

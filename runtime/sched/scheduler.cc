@@ -329,10 +329,13 @@ Status Scheduler::Step(Clock::time_point now) {
     sample_rows_.push_back({.temperature = p.temperature,
                             .top_k = p.top_k,
                             .top_p = p.top_p,
-                            .uniform = r->sampler.Draw()});
+                            .uniform = r->sampler.Draw(),
+                            .logprobs = r->req.options.logprobs});
   }
   sampled_.resize(logit_owner_.size());
-  CHUNKSERVE_RETURN_IF_ERROR(runner_->ForwardSample(batch, sample_rows_, sampled_));
+  sampled_logprobs_.resize(logit_owner_.size());
+  CHUNKSERVE_RETURN_IF_ERROR(
+      runner_->ForwardSample(batch, sample_rows_, sampled_, sampled_logprobs_));
 
   ++counters_.steps;
   counters_.last_batch_tokens = static_cast<int32_t>(step_tokens_.size());
@@ -348,7 +351,9 @@ Status Scheduler::Step(Clock::time_point now) {
     Live* r = logit_owner_[k];
     const TokenId t = sampled_[k];
     r->tokens.push_back(t);
-    r->req.stream->PushToken(t, r->generated);
+    std::optional<TokenLogprobs> logprobs;
+    if (r->req.options.logprobs >= 0) logprobs = std::move(sampled_logprobs_[k]);
+    r->req.stream->PushToken(t, r->generated, std::move(logprobs));
     ++r->generated;
     ++counters_.generated_tokens;
     const auto& stops = r->req.options.stop_tokens;

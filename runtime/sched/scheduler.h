@@ -162,6 +162,7 @@ class Scheduler {
   std::vector<int32_t> path_slots_, path_lens_;
   std::vector<backend::SampleRow> sample_rows_;
   std::vector<TokenId> sampled_;
+  std::vector<TokenLogprobs> sampled_logprobs_;  // [logit rows]; filled where a request asks
 };
 
 }  // namespace chunkserve::sched

@@ -54,11 +54,13 @@ void RequestStream::Deliver(StreamEvent event) {
   callback_(event);  // callback_ never changes once set
 }
 
-void RequestStream::PushToken(TokenId token, int32_t index) {
+void RequestStream::PushToken(TokenId token, int32_t index,
+                              std::optional<TokenLogprobs> logprobs) {
   StreamEvent e;
   e.kind = StreamEvent::Kind::kToken;
   e.token = token;
   e.index = index;
+  e.logprobs = std::move(logprobs);
   Deliver(std::move(e));
 }
 

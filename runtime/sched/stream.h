@@ -16,8 +16,10 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 
 #include "runtime/base/ids.h"
+#include "runtime/base/logprobs.h"
 #include "runtime/sched/request.h"
 
 namespace chunkserve::sched {
@@ -27,6 +29,7 @@ struct StreamEvent {
   Kind kind = Kind::kToken;
   TokenId token = -1;   // kToken: the generated token
   int32_t index = 0;    // kToken: 0-based position among the generated tokens
+  std::optional<TokenLogprobs> logprobs;  // kToken of a request that asked for them
   FinishInfo finish{};  // kFinished
 };
 
@@ -52,7 +55,7 @@ class RequestStream {
   bool cancel_requested() const { return cancel_requested_.load(std::memory_order_relaxed); }
 
   // Producer side (the engine).
-  void PushToken(TokenId token, int32_t index);
+  void PushToken(TokenId token, int32_t index, std::optional<TokenLogprobs> logprobs = {});
   void PushFinish(const FinishInfo& info);
   bool finished() const;
 

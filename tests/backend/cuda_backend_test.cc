@@ -289,7 +289,8 @@ TEST_F(BackendSamplerTest, CpuAndCudaPickTheSameTokens) {
     for (int i = 0; i < 30; ++i) row[rng.Int(0, vocab - 1)] = 7.0f;  // ties at the top
     if (r % 7 == 0) row[rng.Int(0, vocab - 1)] = std::nanf("");
     sched::Sampler draw(p);
-    rows.push_back({p.temperature, p.top_k, p.top_p, draw.Draw()});
+    // Every third row asks for logprobs (0-20 alternatives): the host computes them on both.
+    rows.push_back({p.temperature, p.top_k, p.top_p, draw.Draw(), r % 3 == 0 ? r % 21 : -1});
     sched::Sampler host(p);
     host_path.push_back(host.Sample(row));  // the engine's host sampler, same seed
     logits.insert(logits.end(), row.begin(), row.end());
@@ -303,10 +304,13 @@ TEST_F(BackendSamplerTest, CpuAndCudaPickTheSameTokens) {
                        cudaMemcpyHostToDevice),
             cudaSuccess);
   std::vector<TokenId> a(n, -7), b(n, -7);
-  ASSERT_OK(cpu->Sample(on_cpu, n, vocab, rows, a));
-  ASSERT_OK(cuda->Sample(on_cuda, n, vocab, rows, b));
+  std::vector<TokenLogprobs> la(n), lb(n);
+  ASSERT_OK(cpu->Sample(on_cpu, n, vocab, rows, a, la));
+  ASSERT_OK(cuda->Sample(on_cuda, n, vocab, rows, b, lb));
   EXPECT_EQ(a, host_path);
   EXPECT_EQ(b, a);
+  EXPECT_EQ(lb, la);  // the same fp32 logits and the same host code: equal, not just close
+  for (int32_t r = 0; r < n; r += 3) EXPECT_EQ(la[r].top.size(), static_cast<size_t>(r % 21));
   cpu->Release(&on_cpu);
   cuda->Release(&on_cuda);
 }
@@ -336,7 +340,7 @@ TEST_F(BackendSamplerTest, CudaFrequenciesFollowTheRenormalizedDistribution) {
       cudaMemcpy(t.data, logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice),
       cudaSuccess);
   std::vector<TokenId> tokens(kRows);
-  ASSERT_OK(cuda->Sample(t, kRows, kVocab6, rows, tokens));
+  ASSERT_OK(cuda->Sample(t, kRows, kVocab6, rows, tokens, {}));
   std::vector<int> count(kVocab6);
   for (TokenId tok : tokens) {
     ASSERT_GE(tok, 0);

@@ -46,11 +46,12 @@ class RecordingRunner final : public forward::StepRunner {
     return Status::Ok();
   }
   Status ForwardSample(const forward::StepBatch& b, std::span<const backend::SampleRow> rows,
-                       std::span<TokenId> tokens) override {
+                       std::span<TokenId> tokens, std::span<TokenLogprobs> /*logprobs*/) override {
     const size_t vocab = static_cast<size_t>(vocab_size());
     step_logits_.resize(b.logit_rows.size() * vocab);
     CHUNKSERVE_RETURN_IF_ERROR(Forward(b, step_logits_));
     for (size_t r = 0; r < rows.size(); ++r) {
+      if (rows[r].logprobs >= 0) return Status::Unimplemented("RecordingRunner: no logprobs");
       tokens[r] = kernels::cpu::SampleToken(
           std::span<const float>(step_logits_).subspan(r * vocab, vocab),
           {rows[r].temperature, rows[r].top_k, rows[r].top_p}, rows[r].uniform, &scratch_);
