@@ -9,6 +9,7 @@
 
 #include "capi/include/chunkserve/chunkserve.h"
 #include "runtime/base/finish_reason.h"
+#include "runtime/base/logprobs.h"
 #include "runtime/base/status.h"
 #include "runtime/engine/engine.h"
 
@@ -46,8 +47,8 @@ CHUNKSERVE_FIELD_AT(chunkserve_engine_options_t, prefill_token_budget, 44, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_engine_options_t, max_queued_requests, 48, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_engine_options_t, reserved0, 52, 4);
 
-// chunkserve_request_options_t, version 1.
-static_assert(sizeof(chunkserve_request_options_t) == kRequestOptionsV1Size);
+// chunkserve_request_options_t, version 1 (72 bytes) plus the version 2 logprobs fields.
+static_assert(sizeof(chunkserve_request_options_t) == kRequestOptionsV2Size);
 static_assert(alignof(chunkserve_request_options_t) == 8);
 CHUNKSERVE_FIELD_AT(chunkserve_request_options_t, struct_size, 0, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_request_options_t, max_new_tokens, 4, 4);
@@ -61,6 +62,8 @@ CHUNKSERVE_FIELD_AT(chunkserve_request_options_t, top_p, 48, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_request_options_t, priority, 52, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_request_options_t, seed, 56, 8);
 CHUNKSERVE_FIELD_AT(chunkserve_request_options_t, deadline_ms, 64, 8);
+CHUNKSERVE_FIELD_AT(chunkserve_request_options_t, logprobs, 72, 4);
+CHUNKSERVE_FIELD_AT(chunkserve_request_options_t, reserved0, 76, 4);
 
 // chunkserve_engine_stats_t, version 1.
 static_assert(sizeof(chunkserve_engine_stats_t) == kEngineStatsV1Size);
@@ -99,8 +102,8 @@ CHUNKSERVE_FIELD_AT(chunkserve_engine_info_t, max_context, 8, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_engine_info_t, chunk_size, 12, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_engine_info_t, model_fingerprint, 16, 8);
 
-// chunkserve_stream_event_t, version 1.
-static_assert(sizeof(chunkserve_stream_event_t) == kStreamEventV1Size);
+// chunkserve_stream_event_t, version 1 (48 bytes) plus the version 2 logprobs fields.
+static_assert(sizeof(chunkserve_stream_event_t) == kStreamEventV2Size);
 static_assert(alignof(chunkserve_stream_event_t) == 8);
 CHUNKSERVE_FIELD_AT(chunkserve_stream_event_t, struct_size, 0, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_stream_event_t, kind, 4, 4);
@@ -113,6 +116,11 @@ CHUNKSERVE_FIELD_AT(chunkserve_stream_event_t, cached_tokens, 28, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_stream_event_t, generated_tokens, 32, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_stream_event_t, reserved0, 36, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_stream_event_t, error_message, 40, 8);
+CHUNKSERVE_FIELD_AT(chunkserve_stream_event_t, num_top_logprobs, 48, 4);
+CHUNKSERVE_FIELD_AT(chunkserve_stream_event_t, logprob, 52, 4);
+CHUNKSERVE_FIELD_AT(chunkserve_stream_event_t, top_tokens, 56, 80);
+CHUNKSERVE_FIELD_AT(chunkserve_stream_event_t, top_logprobs, 136, 80);
+static_assert(CHUNKSERVE_MAX_TOP_LOGPROBS == kMaxTopLogprobs);
 
 // chunkserve_client_options_t, version 1 (24 bytes) plus the version 2 TLS fields.
 static_assert(sizeof(chunkserve_client_options_t) == kClientOptionsV2Size);

@@ -225,6 +225,8 @@ chunkserve_request_options_t DefaultRequestOptions() {
   o.priority = d.priority;
   o.seed = d.sampling.seed;
   o.deadline_ms = 0;
+  o.logprobs = d.logprobs;
+  o.reserved0 = 0;
   return o;
 }
 
@@ -296,6 +298,12 @@ Status ToRequestOptions(const char* kFn, const chunkserve_request_options_t& in,
   if (in.num_stop_tokens > static_cast<uint64_t>(INT32_MAX)) {
     return Status::InvalidArgument(std::string(kFn) + ": num_stop_tokens is too large");
   }
+  if (in.logprobs < -1 || in.logprobs > CHUNKSERVE_MAX_TOP_LOGPROBS) {
+    return Status::InvalidArgument(std::string(kFn) + ": logprobs must be -1 (none) or in [0, " +
+                                   std::to_string(CHUNKSERVE_MAX_TOP_LOGPROBS) + "], got " +
+                                   std::to_string(in.logprobs));
+  }
+  if (in.reserved0 != 0) return Status::InvalidArgument(std::string(kFn) + ": reserved0 must be 0");
   out->prompt.assign(in.prompt_tokens, in.prompt_tokens + in.num_prompt_tokens);
   out->stop_tokens.assign(in.stop_tokens, in.stop_tokens + in.num_stop_tokens);
   out->max_new_tokens = in.max_new_tokens;
@@ -304,6 +312,7 @@ Status ToRequestOptions(const char* kFn, const chunkserve_request_options_t& in,
   out->sampling.top_p = in.top_p;
   out->sampling.seed = in.seed;
   out->priority = in.priority;
+  out->logprobs = in.logprobs;
   if (in.deadline_ms != 0 && in.deadline_ms <= kMaxDeadlineMs) {
     out->deadline =
         cs::sched::Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(in.deadline_ms));
@@ -398,10 +407,20 @@ chunkserve_stream_event_t ToCEvent(const StreamEvent& e, const std::string* mess
   c.finish_reason = 0;
   c.status = CHUNKSERVE_STATUS_OK;
   c.error_message = nullptr;
+  c.num_top_logprobs = -1;
   if (e.kind == StreamEvent::Kind::kToken) {
     c.kind = CHUNKSERVE_EVENT_TOKEN;
     c.token = e.token;
     c.index = e.index;
+    if (e.logprobs.has_value()) {
+      const size_t n = std::min<size_t>(e.logprobs->top.size(), CHUNKSERVE_MAX_TOP_LOGPROBS);
+      c.num_top_logprobs = static_cast<int32_t>(n);
+      c.logprob = e.logprobs->logprob;
+      for (size_t i = 0; i < n; ++i) {
+        c.top_tokens[i] = e.logprobs->top[i].token;
+        c.top_logprobs[i] = e.logprobs->top[i].logprob;
+      }
+    }
     return c;
   }
   c.kind = CHUNKSERVE_EVENT_FINISHED;

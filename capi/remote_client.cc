@@ -255,7 +255,7 @@ void OnMessage(ClientCore& c, wire::DecodedMessage& message) {
         ++it->second.generated;
         stream = it->second.stream;
       }
-      stream->PushToken(t->token, t->index);
+      stream->PushToken(t->token, t->index, std::move(t->logprobs));
       return;
     }
     case Envelope::FINISH: {
@@ -590,7 +590,8 @@ Result<std::shared_ptr<sched::RequestStream>> RemoteClient::Submit(const RemoteR
        .max_new_tokens = r.max_new_tokens,
        .stop_tokens = r.stop_tokens,
        .deadline_ms = request.deadline_ms,
-       .priority = r.priority});
+       .priority = r.priority,
+       .logprobs = r.logprobs});
   if (frame.empty()) return Status::Internal("cannot encode the request");
 
   auto stream = std::make_shared<sched::RequestStream>(RequestId(id));

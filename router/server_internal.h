@@ -49,6 +49,7 @@ struct Pending {
   bool has_deadline = false;
   Clock::time_point deadline;
   int32_t priority = 0;
+  int32_t logprobs = -1;  // -1: none; else the alternatives each token carries
 
   std::vector<TokenId> sent;  // tokens streamed to the client so far (all legs)
   WorkerId worker;            // current leg's worker

@@ -27,6 +27,7 @@ void Server::OnGenerate(Peer& peer, wire::schema::Generate::Reader g) {
   p->sampling = m.sampling;
   p->max_new_tokens = m.max_new_tokens;
   p->priority = m.priority;
+  p->logprobs = m.logprobs;
   if (m.deadline_ms > 0) {
     p->has_deadline = true;
     p->deadline = p->received + std::chrono::milliseconds(m.deadline_ms);
@@ -119,7 +120,8 @@ void Server::Dispatch(const std::shared_ptr<Pending>& p) {
                             .max_new_tokens = remaining,
                             .stop_tokens = p->stop_tokens,
                             .deadline_ms = static_cast<uint32_t>(deadline_ms),
-                            .priority = p->priority});
+                            .priority = p->priority,
+                            .logprobs = p->logprobs});
   if (!wit->second.data->SendBytes(frame).ok()) {
     (void)core_->OnFinished(RequestId(up));
     p->refused.insert(d.worker);
@@ -250,7 +252,9 @@ void Server::OnUpstreamToken(const wire::TokenMessage& t) {
   generated_tokens_total_++;
   Peer* c = ClientOf(*p);
   if (c == nullptr) return;
-  if (!c->connection->SendBytes(wire::EncodeToken({p->client_request_id, t.token, index})).ok()) {
+  if (!c->connection
+           ->SendBytes(wire::EncodeToken({p->client_request_id, t.token, index, t.logprobs}))
+           .ok()) {
     // The client does not keep up: stop generating for it.
     p->cancelled = true;
     CancelUpstream(*p);

@@ -218,6 +218,7 @@ class Server final : public WorkerServer {
     }
     r.max_new_tokens = m.max_new_tokens;
     r.priority = m.priority;
+    r.logprobs = m.logprobs;
     const auto received = Clock::now();
     if (m.deadline_ms > 0) r.deadline = received + std::chrono::milliseconds(m.deadline_ms);
     const size_t raw_prompt_tokens = r.prompt.size();
@@ -264,8 +265,10 @@ class Server final : public WorkerServer {
               metrics_.time_per_token.Observe(Seconds(now - *last));
             }
             *last = now;
-            if (connection &&
-                !connection->SendBytes(wire::EncodeToken({wire_id, e.token, e.index})).ok()) {
+            if (connection && !connection
+                                   ->SendBytes(wire::EncodeToken(
+                                       {wire_id, e.token, e.index, e.logprobs}))
+                                   .ok()) {
               raw->RequestCancel();  // the client does not keep up (or left): stop generating
             }
             return;

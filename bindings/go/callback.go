@@ -8,7 +8,10 @@ package chunkserve
 */
 import "C"
 
-import "runtime/cgo"
+import (
+	"runtime/cgo"
+	"unsafe"
+)
 
 // chunkserveGoStreamEvent receives one event of a stream from libchunkserve (through
 // chunkserve_go_stream_trampoline in stream.go). handle is the cgo.Handle of the stream's
@@ -26,7 +29,20 @@ import "runtime/cgo"
 func chunkserveGoStreamEvent(handle C.uintptr_t, ev *C.chunkserve_stream_event_t) {
 	q := cgo.Handle(handle).Value().(*eventQueue)
 	if ev.kind == C.CHUNKSERVE_EVENT_TOKEN {
-		q.push(Event{Kind: EventToken, Token: int32(ev.token), Index: int32(ev.index)})
+		e := Event{Kind: EventToken, Token: int32(ev.token), Index: int32(ev.index)}
+		// A library older than 0.4 passes a version 1 event, without the logprobs fields.
+		if uintptr(ev.struct_size) >= unsafe.Sizeof(*ev) && ev.num_top_logprobs >= 0 {
+			n := int(ev.num_top_logprobs)
+			if n > len(ev.top_tokens) {
+				n = len(ev.top_tokens)
+			}
+			l := &Logprobs{Logprob: float32(ev.logprob), Top: make([]TopLogprob, n)}
+			for i := 0; i < n; i++ {
+				l.Top[i] = TopLogprob{Token: int32(ev.top_tokens[i]), Logprob: float32(ev.top_logprobs[i])}
+			}
+			e.Logprobs = l
+		}
+		q.push(e)
 		return
 	}
 	f := &Finish{

@@ -435,3 +435,49 @@ func TestNoLeaksAcrossEngineCycles(t *testing.T) {
 		t.Fatalf("goroutines grew from %d to %d", goroutines, n)
 	}
 }
+
+func TestLogprobsComeWithEveryTokenWhenAsked(t *testing.T) {
+	e := newTestEngine(t)
+	p := prompt(24, 5)
+	want, _, err := mustSubmit(t, e, context.Background(), Request{Prompt: p, MaxNewTokens: 5}).Collect()
+	if err != nil {
+		t.Fatalf("Collect: %v", err)
+	}
+	three := int32(3)
+	s := mustSubmit(t, e, context.Background(), Request{Prompt: p, MaxNewTokens: 5, Logprobs: &three})
+	var got []int32
+	for {
+		ev, err := s.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Recv: %v", err)
+		}
+		if ev.Kind != EventToken {
+			continue
+		}
+		l := ev.Logprobs
+		if l == nil || len(l.Top) != 3 {
+			t.Fatalf("token %d: logprobs %+v, want 3 alternatives", ev.Index, l)
+		}
+		// Greedy: the token is the most likely one and its logprob the first alternative's.
+		if l.Top[0].Token != ev.Token || l.Top[0].Logprob != l.Logprob || l.Logprob > 0 ||
+			l.Top[1].Logprob > l.Top[0].Logprob || l.Top[2].Logprob > l.Top[1].Logprob {
+			t.Fatalf("token %d (%d): inconsistent logprobs %+v", ev.Index, ev.Token, l)
+		}
+		got = append(got, ev.Token)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("tokens with logprobs %v, without %v", got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("tokens with logprobs %v, without %v", got, want)
+		}
+	}
+	bad := int32(21)
+	if _, err := e.Submit(context.Background(), Request{Prompt: p, Logprobs: &bad}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("Logprobs 21: err = %v, want ErrInvalidArgument", err)
+	}
+}

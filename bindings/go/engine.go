@@ -174,6 +174,9 @@ type Request struct {
 	// Timeout ends the request with FinishDeadline after this long; 0: none. A deadline on the
 	// context passed to Submit has the same effect.
 	Timeout time.Duration
+	// Logprobs, when set, makes every token event carry its log-probability and the
+	// *Logprobs (0 to 20) most likely tokens at its position (Event.Logprobs).
+	Logprobs *int32
 }
 
 // Submit validates and enqueues a request and returns its stream. When ctx is cancelled the
@@ -232,6 +235,9 @@ func cRequest(ctx context.Context, req Request) (C.chunkserve_request_options_t,
 	}
 	r.seed = C.uint64_t(req.Seed)
 	r.priority = C.int32_t(req.Priority)
+	if req.Logprobs != nil {
+		r.logprobs = C.int32_t(*req.Logprobs)
+	}
 	timeout := req.Timeout
 	if deadline, ok := ctx.Deadline(); ok {
 		if left := time.Until(deadline); timeout <= 0 || left < timeout {

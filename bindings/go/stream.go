@@ -69,10 +69,24 @@ const (
 
 // Event is one element of a stream: a token, or the terminal event.
 type Event struct {
-	Kind   EventKind
-	Token  int32   // EventToken: the generated token
-	Index  int32   // EventToken: its 0-based position among the generated tokens
-	Finish *Finish // EventFinished
+	Kind     EventKind
+	Token    int32     // EventToken: the generated token
+	Index    int32     // EventToken: its 0-based position among the generated tokens
+	Logprobs *Logprobs // EventToken of a request with Logprobs set; else nil
+	Finish   *Finish   // EventFinished
+}
+
+// Logprobs are a generated token's log-probabilities under the model's own distribution
+// softmax(logits), before temperature and top-k / top-p; math.Inf(-1) for probability 0.
+type Logprobs struct {
+	Logprob float32      // of the generated token
+	Top     []TopLogprob // the most likely tokens, most likely first
+}
+
+// TopLogprob is one of the most likely tokens at a position.
+type TopLogprob struct {
+	Token   int32
+	Logprob float32
 }
 
 // eventQueue holds a stream's events between the library's callback, which appends them, and the

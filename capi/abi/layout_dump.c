@@ -45,6 +45,8 @@ int main(void) {
   FIELD(chunkserve_request_options_t, priority);
   FIELD(chunkserve_request_options_t, seed);
   FIELD(chunkserve_request_options_t, deadline_ms);
+  FIELD(chunkserve_request_options_t, logprobs);
+  FIELD(chunkserve_request_options_t, reserved0);
 
   STRUCT(chunkserve_engine_stats_t);
   FIELD(chunkserve_engine_stats_t, struct_size);
@@ -91,6 +93,10 @@ int main(void) {
   FIELD(chunkserve_stream_event_t, generated_tokens);
   FIELD(chunkserve_stream_event_t, reserved0);
   FIELD(chunkserve_stream_event_t, error_message);
+  FIELD(chunkserve_stream_event_t, num_top_logprobs);
+  FIELD(chunkserve_stream_event_t, logprob);
+  FIELD(chunkserve_stream_event_t, top_tokens);
+  FIELD(chunkserve_stream_event_t, top_logprobs);
 
   STRUCT(chunkserve_client_options_t);
   FIELD(chunkserve_client_options_t, struct_size);

@@ -62,13 +62,28 @@ struct Generate {
   stopTokens @4 :List(UInt32);   # generating one of these ends the request with stopToken
   deadlineMs @5 :UInt32 = 0;     # relative deadline from receipt in milliseconds; 0 = none
   priority @6 :Int32 = 0;        # higher runs first and is preempted last
+  logprobs @7 :Int32 = -1;       # -1: none; k in [0, 20]: each Token carries its logprobs and
+                                 # the k most likely tokens at its position
 }
 
 # Worker / router -> client: one generated token of a request, in order.
 struct Token {
-  requestId @0 :UInt64;  # the Generate's requestId
-  token @1 :UInt32;      # the generated token id
-  index @2 :Int32;       # 0-based position among the generated tokens
+  requestId @0 :UInt64;        # the Generate's requestId
+  token @1 :UInt32;            # the generated token id
+  index @2 :Int32;             # 0-based position among the generated tokens
+  logprobs @3 :TokenLogprobs;  # present when the Generate asked for logprobs
+}
+
+# Log-probabilities under the model's distribution softmax(logits), before temperature and
+# top-k / top-p (what OpenAI's API reports).
+struct TokenLogprobs {
+  logprob @0 :Float32;        # of the generated token
+  top @1 :List(TopLogprob);   # the most likely tokens, most likely first; at most 20
+}
+
+struct TopLogprob {
+  token @0 :UInt32;
+  logprob @1 :Float32;
 }
 
 # Worker / router -> client: the terminal event of a request (exactly one per admitted request).

@@ -50,6 +50,7 @@ std::vector<uint8_t> EncodeGenerate(const GenerateMessage& m) {
   }
   g.setDeadlineMs(m.deadline_ms);
   g.setPriority(m.priority);
+  g.setLogprobs(m.logprobs);
   return EncodeOrEmpty(builder);
 }
 
@@ -67,6 +68,12 @@ Result<GenerateMessage> DecodeGenerate(schema::Generate::Reader g) {
   if (m.max_new_tokens < 1) return Status::InvalidArgument("maxNewTokens must be >= 1");
   m.deadline_ms = g.getDeadlineMs();
   m.priority = g.getPriority();
+  m.logprobs = g.getLogprobs();
+  if (m.logprobs < -1 || m.logprobs > kMaxTopLogprobs) {
+    return Status::InvalidArgument("logprobs must be -1 or in [0, " +
+                                   std::to_string(kMaxTopLogprobs) + "], got " +
+                                   std::to_string(m.logprobs));
+  }
   return m;
 }
 
@@ -76,6 +83,15 @@ std::vector<uint8_t> EncodeToken(const TokenMessage& m) {
   t.setRequestId(m.request_id);
   t.setToken(static_cast<uint32_t>(m.token));
   t.setIndex(m.index);
+  if (m.logprobs) {
+    auto l = t.initLogprobs();
+    l.setLogprob(m.logprobs->logprob);
+    auto top = l.initTop(static_cast<unsigned>(m.logprobs->top.size()));
+    for (size_t i = 0; i < m.logprobs->top.size(); ++i) {
+      top[static_cast<unsigned>(i)].setToken(static_cast<uint32_t>(m.logprobs->top[i].token));
+      top[static_cast<unsigned>(i)].setLogprob(m.logprobs->top[i].logprob);
+    }
+  }
   return EncodeOrEmpty(builder);
 }
 
@@ -83,7 +99,24 @@ Result<TokenMessage> DecodeToken(schema::Token::Reader t) {
   if (t.getToken() > static_cast<uint32_t>(INT32_MAX)) {
     return Status::InvalidArgument("token: id " + std::to_string(t.getToken()) + " out of range");
   }
-  return TokenMessage{t.getRequestId(), static_cast<TokenId>(t.getToken()), t.getIndex()};
+  TokenMessage m{t.getRequestId(), static_cast<TokenId>(t.getToken()), t.getIndex(), {}};
+  if (t.hasLogprobs()) {
+    auto l = t.getLogprobs();
+    if (l.getTop().size() > static_cast<unsigned>(kMaxTopLogprobs)) {
+      return Status::InvalidArgument("token: " + std::to_string(l.getTop().size()) +
+                                     " top logprobs, at most " + std::to_string(kMaxTopLogprobs));
+    }
+    TokenLogprobs& out = m.logprobs.emplace();
+    out.logprob = l.getLogprob();
+    for (auto c : l.getTop()) {
+      if (c.getToken() > static_cast<uint32_t>(INT32_MAX)) {
+        return Status::InvalidArgument("token: top logprob id " + std::to_string(c.getToken()) +
+                                       " out of range");
+      }
+      out.top.push_back({static_cast<TokenId>(c.getToken()), c.getLogprob()});
+    }
+  }
+  return m;
 }
 
 std::vector<uint8_t> EncodeFinish(const FinishMessage& m) {

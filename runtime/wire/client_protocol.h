@@ -4,7 +4,9 @@
 // generator.
 //
 // Decoding validates what any receiver must check, whatever serves the request: a Generate needs
-// a non-empty prompt, token ids that fit TokenId (int32) and maxNewTokens >= 1. Sampling values,
+// a non-empty prompt, token ids that fit TokenId (int32), maxNewTokens >= 1 and logprobs in
+// [-1, kMaxTopLogprobs]; a Token's logprobs, at most kMaxTopLogprobs alternatives with ids that
+// fit TokenId. Sampling values,
 // token ids against the model's vocabulary and lengths against its context are the engine's to
 // check (sched::ValidateRequest), where the request is served. Errors are InvalidArgument naming the field. A
 // Finish with a reason or error code this build does not know decodes as an error / internal.
@@ -20,6 +22,7 @@
 
 #include "runtime/base/finish_reason.h"
 #include "runtime/base/ids.h"
+#include "runtime/base/logprobs.h"
 #include "runtime/base/status.h"
 #include "runtime/wire/chunkserve.capnp.h"
 
@@ -40,12 +43,14 @@ struct GenerateMessage {
   std::vector<TokenId> stop_tokens;
   uint32_t deadline_ms = 0;  // relative, from receipt; 0: none
   int32_t priority = 0;
+  int32_t logprobs = -1;  // -1: none; else [0, kMaxTopLogprobs] alternatives per token
 };
 
 struct TokenMessage {
   uint64_t request_id = 0;
   TokenId token = 0;
   int32_t index = 0;  // 0-based position among the generated tokens
+  std::optional<TokenLogprobs> logprobs;  // when the Generate asked for them
 };
 
 struct FinishMessage {

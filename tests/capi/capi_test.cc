@@ -132,6 +132,8 @@ TEST(CapiOptionsTest, RequestOptionsInitFillsDefaults) {
   EXPECT_EQ(o.priority, 0);
   EXPECT_EQ(o.seed, 0u);
   EXPECT_EQ(o.deadline_ms, 0u);
+  EXPECT_EQ(o.logprobs, -1);
+  EXPECT_EQ(o.reserved0, 0);
 }
 
 TEST(CapiOptionsTest, InitRejectsNull) {
@@ -518,6 +520,47 @@ TEST(CapiSubmitTest, StreamsTokensThenOneFinishedEvent) {
   EXPECT_EQ(out.finish.generated_tokens, 7);
 }
 
+// Logprobs in the events of a request that asks for them; none in a version 1 caller's (48-byte)
+// event, and none when not asked.
+TEST(CapiSubmitTest, TokenEventsCarryLogprobsWhenAsked) {
+  EnginePtr engine = CreateEngineOrDie(SmallEngineOptions());
+  const std::vector<int32_t> prompt = Prompt(20, 6);
+  chunkserve_request_options_t r = RequestFor(prompt, 4);
+  r.logprobs = CHUNKSERVE_MAX_TOP_LOGPROBS;
+  StreamPtr s = SubmitRequestOrDie(engine.get(), r);
+  for (int i = 0; i < 4; ++i) {
+    chunkserve_stream_event_t e;
+    std::memset(&e, 0x5A, sizeof(e));
+    e.struct_size = sizeof(e);
+    ASSERT_EQ(chunkserve_stream_next(s.get(), 60000, &e, nullptr), CHUNKSERVE_STATUS_OK);
+    ASSERT_EQ(e.kind, CHUNKSERVE_EVENT_TOKEN);
+    ASSERT_EQ(e.num_top_logprobs, CHUNKSERVE_MAX_TOP_LOGPROBS);
+    EXPECT_EQ(e.top_tokens[0], e.token);  // greedy: the most likely token
+    EXPECT_EQ(e.top_logprobs[0], e.logprob);
+    EXPECT_LE(e.logprob, 0.0f);
+    for (int k = 1; k < CHUNKSERVE_MAX_TOP_LOGPROBS; ++k) {
+      EXPECT_LE(e.top_logprobs[k], e.top_logprobs[k - 1]);
+      EXPECT_NE(e.top_tokens[k], e.top_tokens[k - 1]);
+    }
+  }
+
+  r.logprobs = 2;
+  StreamPtr old = SubmitRequestOrDie(engine.get(), r);
+  chunkserve_stream_event_t v1;
+  std::memset(&v1, 0x5A, sizeof(v1));
+  v1.struct_size = 48;  // version 1
+  ASSERT_EQ(chunkserve_stream_next(old.get(), 60000, &v1, nullptr), CHUNKSERVE_STATUS_OK);
+  EXPECT_EQ(v1.kind, CHUNKSERVE_EVENT_TOKEN);
+  EXPECT_EQ(v1.num_top_logprobs, 0x5A5A5A5A);  // past the caller's struct: untouched
+
+  r.logprobs = -1;
+  StreamPtr none = SubmitRequestOrDie(engine.get(), r);
+  chunkserve_stream_event_t e{};
+  e.struct_size = sizeof(e);
+  ASSERT_EQ(chunkserve_stream_next(none.get(), 60000, &e, nullptr), CHUNKSERVE_STATUS_OK);
+  EXPECT_EQ(e.num_top_logprobs, -1);
+}
+
 TEST(CapiSubmitTest, GreedyOutputsAreDeterministic) {
   EnginePtr engine = CreateEngineOrDie(SmallEngineOptions());
   StreamPtr a = SubmitOrDie(engine.get(), Prompt(30, 2), 6);
@@ -682,7 +725,16 @@ INSTANTIATE_TEST_SUITE_P(
                        "top_p"},
         BadRequestCase{"prompt_fills_the_context",
                        [](auto*, std::vector<int32_t>* p, auto*) { p->assign(8192, 1); },
-                       "context"}),
+                       "context"},
+        BadRequestCase{"logprobs_above_the_limit",
+                       [](chunkserve_request_options_t* r, auto*, auto*) { r->logprobs = 21; },
+                       "logprobs"},
+        BadRequestCase{"logprobs_below_minus_one",
+                       [](chunkserve_request_options_t* r, auto*, auto*) { r->logprobs = -2; },
+                       "logprobs"},
+        BadRequestCase{"reserved_field_set",
+                       [](chunkserve_request_options_t* r, auto*, auto*) { r->reserved0 = 1; },
+                       "reserved0"}),
     [](const ::testing::TestParamInfo<BadRequestCase>& info) { return info.param.name; });
 
 TEST(CapiSubmitTest, RequestThatCanNeverFitIsResourceExhausted) {

@@ -175,6 +175,53 @@ TEST(CHUNKSERVE_CLIENT_SUITE, StreamsTheInProcessEnginesGreedyTokens) {
   EXPECT_EQ(chunkserve_stream_next(again.get(), 0, &e, nullptr), CHUNKSERVE_STATUS_OUT_OF_RANGE);
 }
 
+// Logprobs cross the wire: the worker's events carry the same numbers as the in-process engine's.
+TEST(CHUNKSERVE_CLIENT_SUITE, LogprobsCrossTheWire) {
+  auto worker = StartWorker();
+  ASSERT_NE(worker, nullptr);
+  ClientPtr client = ConnectOrDie(worker->port());
+  ASSERT_NE(client, nullptr);
+  const std::vector<int32_t> prompt = Prompt(30, 9);
+  chunkserve_request_options_t r = RequestFor(prompt, 5);
+  r.logprobs = 4;
+  const auto events = [&](chunkserve_stream_t* raw) {
+    StreamPtr stream(raw);
+    std::vector<chunkserve_stream_event_t> out;
+    for (;;) {
+      chunkserve_stream_event_t e{};
+      e.struct_size = sizeof(e);
+      if (chunkserve_stream_next(stream.get(), 60000, &e, nullptr) != CHUNKSERVE_STATUS_OK) break;
+      if (e.kind != CHUNKSERVE_EVENT_TOKEN) break;
+      out.push_back(e);
+    }
+    return out;
+  };
+  chunkserve_stream_t* raw = nullptr;
+  ASSERT_EQ(chunkserve_client_submit(client.get(), &r, &raw, nullptr), CHUNKSERVE_STATUS_OK);
+  const auto remote = events(raw);
+  EnginePtr engine = CreateEngineOrDie(SmallEngineOptions());
+  raw = nullptr;
+  ASSERT_EQ(chunkserve_engine_submit(engine.get(), &r, &raw, nullptr), CHUNKSERVE_STATUS_OK);
+  const auto local = events(raw);
+  ASSERT_EQ(remote.size(), 5u);
+  ASSERT_EQ(local.size(), 5u);
+  for (size_t i = 0; i < remote.size(); ++i) {
+    EXPECT_EQ(remote[i].token, local[i].token) << i;
+    ASSERT_EQ(remote[i].num_top_logprobs, 4) << i;
+    EXPECT_NEAR(remote[i].logprob, local[i].logprob, 1e-4) << i;
+    for (int k = 0; k < 4; ++k) {
+      EXPECT_EQ(remote[i].top_tokens[k], local[i].top_tokens[k]) << i << " " << k;
+      EXPECT_NEAR(remote[i].top_logprobs[k], local[i].top_logprobs[k], 1e-4) << i << " " << k;
+    }
+  }
+  // Refused before anything is sent.
+  r.logprobs = 99;
+  raw = nullptr;
+  EXPECT_EQ(chunkserve_client_submit(client.get(), &r, &raw, nullptr),
+            CHUNKSERVE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(raw, nullptr);
+}
+
 TEST(CHUNKSERVE_CLIENT_SUITE, CallbacksAndTimeoutsWorkOnRemoteStreams) {
   auto worker = StartWorker();
   ASSERT_NE(worker, nullptr);

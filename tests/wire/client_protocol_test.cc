@@ -39,6 +39,7 @@ TEST(ClientProtocolTest, RandomMessagesRoundTrip) {
     g.stop_tokens = rnd.Tokens(static_cast<size_t>(rnd.Int(0, 5)), 1000);
     g.deadline_ms = static_cast<uint32_t>(rnd.Int(0, UINT32_MAX));
     g.priority = static_cast<int32_t>(rnd.Int(INT32_MIN, INT32_MAX));
+    g.logprobs = static_cast<int32_t>(rnd.Int(-1, kMaxTopLogprobs));
     DecodedMessage m = Frame(EncodeGenerate(g));
     ASSERT_EQ(m.root().which(), Envelope::GENERATE);
     ASSERT_OK_AND_ASSIGN(GenerateMessage back, DecodeGenerate(m.root().getGenerate()));
@@ -48,6 +49,7 @@ TEST(ClientProtocolTest, RandomMessagesRoundTrip) {
     EXPECT_EQ(back.max_new_tokens, g.max_new_tokens);
     EXPECT_EQ(back.deadline_ms, g.deadline_ms);
     EXPECT_EQ(back.priority, g.priority);
+    EXPECT_EQ(back.logprobs, g.logprobs);
     ASSERT_EQ(back.sampling.has_value(), g.sampling.has_value());
     if (g.sampling) {
       EXPECT_EQ(back.sampling->temperature, g.sampling->temperature);
@@ -56,14 +58,24 @@ TEST(ClientProtocolTest, RandomMessagesRoundTrip) {
       EXPECT_EQ(back.sampling->seed, g.sampling->seed);
     }
 
-    const TokenMessage t{static_cast<uint64_t>(rnd.Int(0, INT64_MAX)),
-                         static_cast<TokenId>(rnd.Int(0, INT32_MAX)),
-                         static_cast<int32_t>(rnd.Int(0, INT32_MAX))};
+    TokenMessage t{static_cast<uint64_t>(rnd.Int(0, INT64_MAX)),
+                   static_cast<TokenId>(rnd.Int(0, INT32_MAX)),
+                   static_cast<int32_t>(rnd.Int(0, INT32_MAX)),
+                   {}};
+    if (rnd.Bernoulli(0.5)) {
+      TokenLogprobs& l = t.logprobs.emplace();
+      l.logprob = rnd.Float(-30.0f, 0.0f);
+      for (int64_t k = rnd.Int(0, kMaxTopLogprobs); k > 0; --k) {
+        l.top.push_back({static_cast<TokenId>(rnd.Int(0, INT32_MAX)),
+                         rnd.Float(-30.0f, 0.0f)});
+      }
+    }
     DecodedMessage tm = Frame(EncodeToken(t));
     ASSERT_OK_AND_ASSIGN(TokenMessage tb, DecodeToken(tm.root().getToken()));
     EXPECT_EQ(tb.request_id, t.request_id);
     EXPECT_EQ(tb.token, t.token);
     EXPECT_EQ(tb.index, t.index);
+    EXPECT_EQ(tb.logprobs, t.logprobs);
 
     FinishMessage f;
     f.request_id = static_cast<uint64_t>(rnd.Int(0, INT64_MAX));
@@ -109,6 +121,28 @@ TEST(ClientProtocolTest, GenerateRefusesWhatNoServerCanServe) {
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("stopTokens")));
   EXPECT_THAT(decode([](auto g) { g.setMaxNewTokens(0); }),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("maxNewTokens")));
+  EXPECT_OK(decode([](auto g) { g.setLogprobs(kMaxTopLogprobs); }));
+  EXPECT_THAT(decode([](auto g) { g.setLogprobs(kMaxTopLogprobs + 1); }),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("logprobs")));
+  EXPECT_THAT(decode([](auto g) { g.setLogprobs(-2); }),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("logprobs")));
+}
+
+TEST(ClientProtocolTest, TokenRefusesMoreAlternativesThanAnyRequestAsks) {
+  const auto decode = [](unsigned top, uint32_t id) {
+    capnp::MallocMessageBuilder b;
+    auto t = b.initRoot<Envelope>().initToken();
+    t.setToken(3);
+    auto l = t.initLogprobs();
+    l.setLogprob(-0.5f);
+    auto list = l.initTop(top);
+    for (unsigned i = 0; i < top; ++i) list[i].setToken(id);
+    return DecodeToken(t.asReader()).status();
+  };
+  EXPECT_OK(decode(kMaxTopLogprobs, 5));
+  EXPECT_THAT(decode(kMaxTopLogprobs + 1, 5),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("top logprobs")));
+  EXPECT_THAT(decode(1, 0x80000000u), StatusIs(StatusCode::kInvalidArgument, HasSubstr("id")));
 }
 
 TEST(ClientProtocolTest, UnknownReasonsAndCodesDecodeAsFailures) {

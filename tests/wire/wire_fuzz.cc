@@ -5,6 +5,8 @@
 // (under ASan/UBSan). With clang: clang++ -fsanitize=fuzzer,address wire_fuzz.cc ...
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <optional>
 #include <vector>
 
 #include "runtime/wire/client_protocol.h"
@@ -27,6 +29,25 @@ void RoundTrip(const std::vector<uint8_t>& frame, const chunkserve::wire::Reader
                Same same) {
   auto decoded = chunkserve::wire::DecodeFrame(frame.data(), frame.size(), limits);
   if (!decoded.ok() || !same(decoded->root())) __builtin_trap();
+}
+
+// Equal logprobs, floats compared by their bits (a fuzzed NaN must survive the round trip too).
+bool SameLogprobs(const std::optional<chunkserve::TokenLogprobs>& a,
+                  const std::optional<chunkserve::TokenLogprobs>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  if (!a.has_value()) return true;
+  const auto bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    return u;
+  };
+  if (bits(a->logprob) != bits(b->logprob) || a->top.size() != b->top.size()) return false;
+  for (size_t i = 0; i < a->top.size(); ++i) {
+    if (a->top[i].token != b->top[i].token || bits(a->top[i].logprob) != bits(b->top[i].logprob)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -78,7 +99,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                    again->max_new_tokens == g->max_new_tokens &&
                    again->sampling.has_value() == g->sampling.has_value() &&
                    again->request_id == g->request_id && again->deadline_ms == g->deadline_ms &&
-                   again->priority == g->priority;
+                   again->priority == g->priority && again->logprobs == g->logprobs;
           });
         }
         break;
@@ -87,7 +108,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           RoundTrip(EncodeToken(*t), limits, [&](Envelope::Reader r) {
             auto again = DecodeToken(r.getToken());
             return again.ok() && again->request_id == t->request_id &&
-                   again->token == t->token && again->index == t->index;
+                   again->token == t->token && again->index == t->index &&
+                   SameLogprobs(again->logprobs, t->logprobs);
           });
         }
         break;

@@ -73,7 +73,7 @@
 
 /* The release this header belongs to. */
 #define CHUNKSERVE_VERSION_MAJOR 0
-#define CHUNKSERVE_VERSION_MINOR 3
+#define CHUNKSERVE_VERSION_MINOR 4
 #define CHUNKSERVE_VERSION_PATCH 0
 
 /* The ABI generation: the soname is libchunkserve.so.<CHUNKSERVE_ABI_VERSION>. It changes only on
@@ -276,8 +276,12 @@ CHUNKSERVE_API chunkserve_status_t chunkserve_engine_shutdown(chunkserve_engine_
                                                               int32_t mode,
                                                               chunkserve_error_t** out_error);
 
+/* The most alternatives a request may ask for with `logprobs` (OpenAI's top_logprobs limit). */
+#define CHUNKSERVE_MAX_TOP_LOGPROBS 20
+
 /* Request options. Fill with chunkserve_request_options_init, then set the prompt.
- * Version 1 (chunkserve 0.1): 72 bytes on LP64. */
+ * Version 1 (chunkserve 0.1): 72 bytes on LP64. Version 2 (chunkserve 0.4): 80 bytes, + logprobs,
+ * reserved0. */
 typedef struct chunkserve_request_options {
   uint32_t struct_size;         /* sizeof(chunkserve_request_options_t) the caller was built with */
   int32_t max_new_tokens;       /* >= 1; default 16 */
@@ -293,6 +297,11 @@ typedef struct chunkserve_request_options {
   uint64_t seed;                /* sampling seed: equal requests + equal seeds = equal tokens */
   uint64_t deadline_ms;         /* 0 (default): none; else the request ends with FINISH_DEADLINE
                                    this many milliseconds after submit */
+  /* Version 2. */
+  int32_t logprobs;             /* -1 (default): none; k in [0, CHUNKSERVE_MAX_TOP_LOGPROBS]:
+                                   every TOKEN event carries the token's log-probability and the
+                                   k most likely tokens at its position (see the event) */
+  int32_t reserved0;            /* must be 0 */
 } chunkserve_request_options_t;
 
 /* Fills *options with the defaults (empty prompt) and sets struct_size, as
@@ -503,7 +512,10 @@ CHUNKSERVE_API chunkserve_status_t chunkserve_engine_eos_ids(chunkserve_engine_t
 
 /* ---- Streams ------------------------------------------------------------------------------- */
 
-/* One event of a stream. Version 1 (chunkserve 0.1): 48 bytes on LP64. */
+/* One event of a stream. Version 1 (chunkserve 0.1): 48 bytes on LP64. Version 2 (chunkserve
+ * 0.4): 216 bytes, + the logprobs of TOKEN events. Log-probabilities are under the model's own
+ * distribution softmax(logits), before temperature and top-k / top-p (what OpenAI's API reports),
+ * computed in double precision and rounded to float; a token of probability 0 has -INFINITY. */
 typedef struct chunkserve_stream_event {
   uint32_t struct_size;      /* next(): set by the caller; callbacks: the library's size */
   int32_t kind;              /* CHUNKSERVE_EVENT_TOKEN or CHUNKSERVE_EVENT_FINISHED */
@@ -518,6 +530,13 @@ typedef struct chunkserve_stream_event {
   const char* error_message; /* FINISHED with status != OK: the message, else NULL. Owned by the
                                 library: valid until the stream is destroyed (next()) or until
                                 the callback returns (callbacks) */
+  /* Version 2. */
+  int32_t num_top_logprobs;  /* TOKEN of a request with logprobs = k >= 0: the entries in
+                                top_tokens / top_logprobs (k, or fewer when fewer tokens have a
+                                finite logit); -1 otherwise (and on FINISHED) */
+  float logprob;             /* TOKEN with num_top_logprobs >= 0: log p(token); else 0 */
+  int32_t top_tokens[CHUNKSERVE_MAX_TOP_LOGPROBS];  /* most likely first; ties: lower id first */
+  float top_logprobs[CHUNKSERVE_MAX_TOP_LOGPROBS];  /* log p(top_tokens[i]) */
 } chunkserve_stream_event_t;
 
 /* The stream's request id (for chunkserve_engine_cancel); ids start at 1. 0 when NULL. */

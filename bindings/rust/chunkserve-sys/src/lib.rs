@@ -132,9 +132,10 @@ pub const CALLBACKS: &[(&str, &[&str])] = &[
 
 constants! {
     pub const CHUNKSERVE_VERSION_MAJOR: i32 = 0;
-    pub const CHUNKSERVE_VERSION_MINOR: i32 = 3;
+    pub const CHUNKSERVE_VERSION_MINOR: i32 = 4;
     pub const CHUNKSERVE_VERSION_PATCH: i32 = 0;
     pub const CHUNKSERVE_ABI_VERSION: i32 = 0;
+    pub const CHUNKSERVE_MAX_TOP_LOGPROBS: i32 = 20;
 
     pub const CHUNKSERVE_LOG_INFO: i32 = 0;
     pub const CHUNKSERVE_LOG_WARNING: i32 = 1;
@@ -197,7 +198,7 @@ structs! {
         pub reserved0: i32,
     }
 
-    /// Request options (version 1: 72 bytes).
+    /// Request options (version 1: 72 bytes; version 2 adds logprobs: 80 bytes).
     pub struct chunkserve_request_options_t {
         pub struct_size: u32,
         pub max_new_tokens: i32,
@@ -211,6 +212,9 @@ structs! {
         pub priority: i32,
         pub seed: u64,
         pub deadline_ms: u64,
+        /// Since version 2 (0.4).
+        pub logprobs: i32,
+        pub reserved0: i32,
     }
 
     /// Engine statistics (version 1: 160 bytes).
@@ -250,7 +254,7 @@ structs! {
         pub model_fingerprint: u64,
     }
 
-    /// One stream event (version 1: 48 bytes).
+    /// One stream event (version 1: 48 bytes; version 2 adds the logprobs of TOKEN events: 216).
     pub struct chunkserve_stream_event_t {
         pub struct_size: u32,
         pub kind: i32,
@@ -263,6 +267,11 @@ structs! {
         pub generated_tokens: i32,
         pub reserved0: i32,
         pub error_message: *const c_char,
+        /// Since version 2 (0.4).
+        pub num_top_logprobs: i32,
+        pub logprob: f32,
+        pub top_tokens: [i32; 20],
+        pub top_logprobs: [f32; 20],
     }
 
     /// Remote client options (version 1: 24 bytes; version 2 adds the TLS files: 48 bytes).

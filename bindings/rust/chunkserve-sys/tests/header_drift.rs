@@ -190,8 +190,23 @@ fn parse_header() -> Header {
                     .split(';')
                     .filter(|f| !f.trim().is_empty())
                     .map(|f| {
-                        let (ty, name) = split_declarator(f);
-                        (name, c_to_rust(&ty))
+                        // An array field, "int32_t top_tokens[CHUNKSERVE_MAX_TOP_LOGPROBS]", is
+                        // "[i32; 20]" in Rust: its length is a number or a #define.
+                        let f = f.trim();
+                        if let (Some(open), true) = (f.find('['), f.ends_with(']')) {
+                            let len_text = f[open + 1..f.len() - 1].trim();
+                            let len = len_text.parse::<i64>().ok().or_else(|| {
+                                constants.get(len_text).copied()
+                            });
+                            let len = len.unwrap_or_else(|| {
+                                panic!("array length {len_text:?} is not a number or a constant")
+                            });
+                            let (ty, name) = split_declarator(&f[..open]);
+                            (name, canonical(&format!("[{};{len}]", c_to_rust(&ty))))
+                        } else {
+                            let (ty, name) = split_declarator(f);
+                            (name, c_to_rust(&ty))
+                        }
                     })
                     .collect();
                 structs.insert(alias, fields);

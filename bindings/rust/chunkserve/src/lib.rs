@@ -700,6 +700,7 @@ fn c_request(request: &Request<'_>) -> Result<sys::chunkserve_request_options_t>
         // Rounded up, so a non-zero timeout never becomes 0 (= no deadline).
         r.deadline_ms = (t.as_nanos().div_ceil(1_000_000)).clamp(1, u64::MAX as u128) as u64;
     }
+    r.logprobs = request.logprobs.unwrap_or(-1);
     Ok(r)
 }
 
@@ -909,6 +910,9 @@ pub struct Request<'a> {
     pub priority: i32,
     /// The request ends with [`FinishReason::Deadline`] after this long.
     pub timeout: Option<Duration>,
+    /// `Some(k)`, k in 0..=20: every token comes with its log-probability and the k most likely
+    /// tokens at its position ([`Logprobs`]).
+    pub logprobs: Option<i32>,
 }
 
 impl<'a> Request<'a> {
@@ -924,6 +928,14 @@ impl<'a> Request<'a> {
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets [`Request::logprobs`](#structfield.logprobs): each token's log-probability and the
+    /// `top` most likely alternatives (0..=20).
+    #[must_use]
+    pub fn logprobs(mut self, top: i32) -> Self {
+        self.logprobs = Some(top);
         self
     }
 
@@ -1066,14 +1078,31 @@ pub struct Finish {
     pub error: Option<Error>,
 }
 
+/// A generated token's log-probabilities ([`Request::logprobs`]), under the model's own
+/// distribution softmax(logits), before temperature and top-k / top-p; `f32::NEG_INFINITY` for
+/// a token of probability 0.
+#[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
+pub struct Logprobs {
+    /// Of the generated token.
+    pub logprob: f32,
+    /// The most likely tokens and their log-probabilities, most likely first.
+    pub top: Vec<(i32, f32)>,
+}
+
 /// One element of a stream. Non-exhaustive, and so is `Token`: match it as
 /// `Event::Token { token, index, .. }` and give the `match` a `_` arm.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Event {
-    /// A generated token and its 0-based position among the generated tokens.
+    /// A generated token, its 0-based position among the generated tokens, and its logprobs
+    /// when the request asked for them.
     #[non_exhaustive]
-    Token { token: i32, index: i32 },
+    Token {
+        token: i32,
+        index: i32,
+        logprobs: Option<Logprobs>,
+    },
     /// The terminal event.
     Finished(Finish),
 }
@@ -1082,9 +1111,23 @@ pub enum Event {
 /// `e.error_message` must be null or a valid C string.
 unsafe fn event_from_c(e: &sys::chunkserve_stream_event_t) -> Event {
     if e.kind == sys::CHUNKSERVE_EVENT_TOKEN {
+        // A library older than 0.4 writes a version 1 event, without the logprobs fields.
+        let v2 = e.struct_size as usize >= size_of::<sys::chunkserve_stream_event_t>();
+        let n = if v2 {
+            e.num_top_logprobs.clamp(-1, e.top_tokens.len() as i32)
+        } else {
+            -1
+        };
+        let logprobs = (n >= 0).then(|| Logprobs {
+            logprob: e.logprob,
+            top: (0..n as usize)
+                .map(|i| (e.top_tokens[i], e.top_logprobs[i]))
+                .collect(),
+        });
         return Event::Token {
             token: e.token,
             index: e.index,
+            logprobs,
         };
     }
     let error = (e.status != sys::CHUNKSERVE_STATUS_OK).then(|| {

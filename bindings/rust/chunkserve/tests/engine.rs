@@ -334,3 +334,35 @@ fn stats_count_requests_tokens_and_kv() {
     engine.shutdown(ShutdownMode::Drain).unwrap();
     assert_eq!(engine.stats().unwrap().requests_finished, 4);
 }
+
+#[test]
+fn logprobs_come_with_every_token_when_asked() {
+    let engine = engine();
+    let p = prompt(24, 5);
+    let mut plain = engine.submit(&Request::new(&p).max_new_tokens(5)).unwrap();
+    let want: Vec<i32> = plain.by_ref().collect::<Result<_, _>>().unwrap();
+    let mut stream = engine
+        .submit(&Request::new(&p).max_new_tokens(5).logprobs(3))
+        .unwrap();
+    let mut got = Vec::new();
+    while let Some(event) = stream.next_event(Some(Duration::from_secs(30))).unwrap() {
+        match event {
+            Event::Token {
+                token, logprobs, ..
+            } => {
+                let l = logprobs.expect("asked for logprobs");
+                assert_eq!(l.top.len(), 3);
+                // Greedy: the token is the most likely one, and its logprob is the first's.
+                assert_eq!(l.top[0].0, token);
+                assert_eq!(l.top[0].1, l.logprob);
+                assert!(l.logprob <= 0.0 && l.top[1].1 <= l.top[0].1 && l.top[2].1 <= l.top[1].1);
+                got.push(token);
+            }
+            Event::Finished(_) => break,
+            _ => {}
+        }
+    }
+    assert_eq!(got, want);
+    let bad = engine.submit(&Request::new(&p).logprobs(21));
+    assert_eq!(bad.err().map(|e| e.code), Some(Code::InvalidArgument));
+}
