@@ -52,6 +52,11 @@ struct Call {
   bool stream_started = false;
   bool sent_delta = false;  // chat: the first delta carries the role
   bool done = false;
+  // Logprobs of the tokens not yet reported, with the byte offset in `text` where each token's
+  // text starts: a chunk reports those that start in the text it carries.
+  std::deque<std::pair<size_t, LogprobEntry>> pending_logprobs;
+  size_t offset_bytes = 0;   // a byte offset in `text` and its count of code points, so that
+  int32_t offset_chars = 0;  // text offsets are counted once, front to back
 };
 
 class GatewayImpl final : public Gateway, public std::enable_shared_from_this<GatewayImpl> {
@@ -226,6 +231,8 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
     std::sort(g.stop_tokens.begin(), g.stop_tokens.end());
     g.deadline_ms = static_cast<uint32_t>(
         std::min<int64_t>(options_.request_timeout.count(), UINT32_MAX));
+    g.logprobs = req.logprobs;
+    call->completion.has_logprobs = req.logprobs >= 0;
     call->request = std::move(req);
     ++stats_.requests;
     stats_.prompt_tokens += g.prompt.size();
@@ -319,7 +326,7 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
       case Envelope::TOKEN: {
         Result<wire::TokenMessage> t = wire::DecodeToken(root.getToken());
         if (!t.ok()) return;
-        if (auto call = Find(t->request_id)) OnToken(*call, t->token);
+        if (auto call = Find(t->request_id)) OnToken(*call, *t);
         return;
       }
       case Envelope::FINISH: {
@@ -349,9 +356,18 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
 
   // --- text out -----------------------------------------------------------------------------
 
-  void OnToken(Call& call, TokenId token) {
+  void OnToken(Call& call, const wire::TokenMessage& t) {
+    const TokenId token = t.token;
     ++call.completion.usage.completion_tokens;
     if (call.stop_ids.count(token) != 0) return;  // the stop token ends it; it is not shown
+    if (call.completion.has_logprobs && t.logprobs.has_value()) {
+      Result<LogprobEntry> entry = MakeLogprobEntry(token, *t.logprobs);
+      if (!entry.ok()) {
+        Cancel(call);
+        return End(call, Status::Internal("logprobs: " + std::string(entry.status().message())));
+      }
+      call.pending_logprobs.emplace_back(call.text.size(), std::move(entry).value());
+    }
     Result<std::string> piece = call.decoder->Push(token);
     if (!piece.ok()) {
       Cancel(call);
@@ -430,10 +446,43 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
     if (end <= call.emitted) return;
     StartStream(call);
     const std::string_view piece(call.text.data() + call.emitted, end - call.emitted);
+    const std::vector<LogprobEntry> logprobs = TakeLogprobs(call, end);
     call.responder->Write(RenderStreamDelta(call.request.endpoint, call.completion, piece,
-                                            !call.sent_delta));
+                                            !call.sent_delta, logprobs));
     call.sent_delta = true;
     call.emitted = end;
+  }
+
+  // The token's and its alternatives' bytes; the text offset is filled in by TakeLogprobs.
+  Result<LogprobEntry> MakeLogprobEntry(TokenId token, const TokenLogprobs& l) const {
+    const tokenizer::Tokenizer& tok = *options_.model.tokenizer;
+    LogprobEntry e;
+    CHUNKSERVE_ASSIGN_OR_RETURN(e.bytes, tok.TokenBytes(token));
+    e.logprob = l.logprob;
+    for (const TopLogprob& c : l.top) {
+      CHUNKSERVE_ASSIGN_OR_RETURN(std::string bytes, tok.TokenBytes(c.token));
+      e.top.emplace_back(std::move(bytes), c.logprob);
+    }
+    return e;
+  }
+
+  // The pending logprobs of the tokens whose text starts before byte `end` of the text, with
+  // their text offsets in code points.
+  static std::vector<LogprobEntry> TakeLogprobs(Call& call, size_t end) {
+    std::vector<LogprobEntry> out;
+    while (!call.pending_logprobs.empty() && call.pending_logprobs.front().first < end) {
+      auto& [at, entry] = call.pending_logprobs.front();
+      for (; call.offset_bytes < at && call.offset_bytes < call.text.size(); ++call.offset_bytes) {
+        // Counts lead bytes: every code point has exactly one byte that is not 10xxxxxx.
+        if ((static_cast<unsigned char>(call.text[call.offset_bytes]) & 0xC0) != 0x80) {
+          ++call.offset_chars;
+        }
+      }
+      entry.text_offset = call.offset_chars;
+      out.push_back(std::move(entry));
+      call.pending_logprobs.pop_front();
+    }
+    return out;
   }
 
   void StartStream(Call& call) {
@@ -462,6 +511,7 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
       call.responder->End();
     } else {
       call.completion.text = call.text;
+      call.completion.logprobs = TakeLogprobs(call, call.text.size());
       call.responder->Reply({200, "application/json", RenderCompletion(e, call.completion), {}});
     }
     calls_.erase(call.id);

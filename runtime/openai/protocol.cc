@@ -236,11 +236,24 @@ std::optional<FieldError> ParseInto(Endpoint endpoint, const Json& root, Generat
   if (auto e = f.Bool("echo", &flag); e || flag) {
     return FieldError{"echo", "echo is not supported"};
   }
-  if (const Json* lp = f.Get("logprobs"); lp != nullptr && !(lp->is_boolean() && !lp->get<bool>())) {
-    return FieldError{"logprobs", "logprobs are not supported yet"};
-  }
-  if (f.Get("top_logprobs") != nullptr) {
-    return FieldError{"top_logprobs", "logprobs are not supported yet"};
+  if (endpoint == Endpoint::kCompletions) {
+    // An integer: how many alternatives each token comes with (OpenAI allows 5, vLLM 20).
+    int64_t k = -1;
+    const Json* lp = f.Get("logprobs");
+    if (lp != nullptr && lp->is_boolean() && !lp->get<bool>()) lp = nullptr;  // false: none
+    if (lp != nullptr) {
+      if (auto e = f.Integer("logprobs", 0, kMaxTopLogprobs, &k)) return e;
+      r->logprobs = static_cast<int32_t>(k);
+    }
+  } else {
+    bool want = false;
+    if (auto e = f.Bool("logprobs", &want)) return e;
+    int64_t k = 0;
+    if (auto e = f.Integer("top_logprobs", 0, kMaxTopLogprobs, &k)) return e;
+    if (f.Get("top_logprobs") != nullptr && !want) {
+      return FieldError{"top_logprobs", "top_logprobs needs logprobs: true"};
+    }
+    if (want) r->logprobs = static_cast<int32_t>(k);
   }
   if (const Json* lb = f.Get("logit_bias"); lb != nullptr && !(lb->is_object() && lb->empty())) {
     return FieldError{"logit_bias", "logit_bias is not supported"};
@@ -271,6 +284,51 @@ Json Head(Endpoint endpoint, const Completion& c, bool chunk) {
   return Json{{"id", c.id}, {"object", object}, {"created", c.created}, {"model", c.model}};
 }
 
+// A logprob as OpenAI writes it: -9999.0 for a token of probability 0 (JSON has no -inf).
+double JsonLogprob(float v) { return std::isfinite(v) ? static_cast<double>(v) : -9999.0; }
+
+Json Bytes(const std::string& s) {
+  Json a = Json::array();
+  for (const char c : s) a.push_back(static_cast<unsigned char>(c));
+  return a;
+}
+
+// The "logprobs" member of a choice: null unless the request asked; then chat's
+// {"content": [...], "refusal": null} or the completions API's parallel arrays.
+Json LogprobsJson(Endpoint endpoint, bool requested, std::span<const LogprobEntry> entries) {
+  if (!requested) return nullptr;
+  if (endpoint == Endpoint::kChat) {
+    Json content = Json::array();
+    for (const LogprobEntry& e : entries) {
+      Json top = Json::array();
+      for (const auto& [bytes, lp] : e.top) {
+        top.push_back({{"token", bytes}, {"logprob", JsonLogprob(lp)}, {"bytes", Bytes(bytes)}});
+      }
+      content.push_back({{"token", e.bytes},
+                         {"logprob", JsonLogprob(e.logprob)},
+                         {"bytes", Bytes(e.bytes)},
+                         {"top_logprobs", top}});
+    }
+    return Json{{"content", content}, {"refusal", nullptr}};
+  }
+  Json tokens = Json::array(), token_logprobs = Json::array(), top_logprobs = Json::array(),
+       text_offset = Json::array();
+  for (const LogprobEntry& e : entries) {
+    tokens.push_back(e.bytes);
+    token_logprobs.push_back(JsonLogprob(e.logprob));
+    Json top = Json::object();
+    for (const auto& [bytes, lp] : e.top) {
+      if (!top.contains(bytes)) top[bytes] = JsonLogprob(lp);  // two ids, one text: the likelier
+    }
+    top_logprobs.push_back(top);
+    text_offset.push_back(e.text_offset);
+  }
+  return Json{{"tokens", tokens},
+              {"token_logprobs", token_logprobs},
+              {"top_logprobs", top_logprobs},
+              {"text_offset", text_offset}};
+}
+
 std::string Event(const Json& j) { return "data: " + j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n"; }
 
 }  // namespace
@@ -297,7 +355,9 @@ Result<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, std::string_
 
 std::string RenderCompletion(Endpoint endpoint, const Completion& c) {
   Json j = Head(endpoint, c, false);
-  Json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", c.finish_reason}};
+  Json choice = {{"index", 0},
+                 {"logprobs", LogprobsJson(endpoint, c.has_logprobs, c.logprobs)},
+                 {"finish_reason", c.finish_reason}};
   if (endpoint == Endpoint::kChat) {
     choice["message"] = {{"role", "assistant"}, {"content", c.text}};
   } else {
@@ -309,9 +369,11 @@ std::string RenderCompletion(Endpoint endpoint, const Completion& c) {
 }
 
 std::string RenderStreamDelta(Endpoint endpoint, const Completion& c, std::string_view text,
-                              bool first) {
+                              bool first, std::span<const LogprobEntry> logprobs) {
   Json j = Head(endpoint, c, true);
-  Json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  Json choice = {{"index", 0},
+                 {"logprobs", LogprobsJson(endpoint, c.has_logprobs, logprobs)},
+                 {"finish_reason", nullptr}};
   if (endpoint == Endpoint::kChat) {
     Json delta = {{"content", text}};
     if (first) delta["role"] = "assistant";

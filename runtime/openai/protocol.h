@@ -5,20 +5,28 @@
 // n = 1: model, prompt (a string, one string in an array, token ids, or one array of token ids) or
 // messages (role + content as a string or text parts), max_tokens (chat also
 // max_completion_tokens), temperature, top_p, seed, stop (a string or up to 4), stream,
-// stream_options.include_usage; and the extensions vLLM established: top_k, stop_token_ids,
+// stream_options.include_usage, logprobs (completions: an integer, the alternatives per token;
+// chat: a boolean with top_logprobs); and the extensions vLLM established: top_k, stop_token_ids,
 // ignore_eos. Fields that would change the output in ways not implemented (n > 1, best_of > 1,
-// echo, suffix, logprobs, logit_bias, non-zero penalties, tools) are refused with
-// InvalidArgument naming the field, never ignored. Unknown fields are ignored, as OpenAI does.
+// echo, suffix, logit_bias, non-zero penalties, tools) are refused with InvalidArgument naming
+// the field, never ignored. Unknown fields are ignored, as OpenAI does.
+//
+// Logprobs are the model's own distribution, before temperature and top-k / top-p (as OpenAI and
+// vLLM report them), for the tokens that make up the returned text (a stop token that ends the
+// answer is not part of it); a token of probability 0 shows -9999.0, as OpenAI writes it.
 #ifndef CHUNKSERVE_RUNTIME_OPENAI_PROTOCOL_H_
 #define CHUNKSERVE_RUNTIME_OPENAI_PROTOCOL_H_
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runtime/base/ids.h"
+#include "runtime/base/logprobs.h"
 #include "runtime/base/status.h"
 
 namespace chunkserve::openai {
@@ -51,6 +59,7 @@ struct GenerationRequest {
   bool ignore_eos = false;
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
+  int32_t logprobs = -1;              // -1: none; k in [0, kMaxTopLogprobs]: alternatives
 };
 
 // Parses and checks a request body. InvalidArgument names the field; `error_param` (when given)
@@ -64,6 +73,15 @@ struct Usage {
   int32_t cached_tokens = 0;
 };
 
+// One generated token's logprobs, with text: its bytes (maybe part of a UTF-8 character) and
+// where its text starts in the completion, in characters (Unicode code points).
+struct LogprobEntry {
+  std::string bytes;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;  // the alternatives' bytes and logprobs
+  int32_t text_offset = 0;
+};
+
 // "stop" or "length" (OpenAI's finish_reason values).
 struct Completion {
   std::string id;       // "cmpl-..." or "chatcmpl-..."
@@ -72,13 +90,16 @@ struct Completion {
   std::string text;
   std::string finish_reason;
   Usage usage;
+  bool has_logprobs = false;          // the request asked: "logprobs" is an object, else null
+  std::vector<LogprobEntry> logprobs;  // RenderCompletion's, one per token of `text`
 };
 
 std::string RenderCompletion(Endpoint endpoint, const Completion& c);
 // One server-sent event ("data: {...}\n\n"): a chunk of text (chat: the first one also carries
-// the role), the last one with the finish reason, the usage chunk, and the end marker.
+// the role) with the logprobs of the tokens it holds, the last one with the finish reason, the
+// usage chunk, and the end marker.
 std::string RenderStreamDelta(Endpoint endpoint, const Completion& c, std::string_view text,
-                              bool first);
+                              bool first, std::span<const LogprobEntry> logprobs = {});
 std::string RenderStreamFinish(Endpoint endpoint, const Completion& c);
 std::string RenderStreamUsage(Endpoint endpoint, const Completion& c);
 std::string RenderStreamError(std::string_view message, std::string_view type,

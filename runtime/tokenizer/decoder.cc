@@ -124,4 +124,28 @@ std::string Decoder::Decode(std::vector<std::string> tokens) const {
   return Utf8Lossy(text);
 }
 
+std::string Decoder::TokenBytes(const std::string& token) const {
+  std::string t = token;
+  for (const DecoderStep& step : steps_) {
+    switch (step.kind) {
+      case DecoderStep::Kind::kByteLevel:
+        t = ByteLevelBytes(t);
+        break;
+      case DecoderStep::Kind::kReplace:
+        ReplaceAll(&t, step.pattern, step.content);
+        break;
+      case DecoderStep::Kind::kByteFallback:
+        if (const int b = ByteFallbackValue(t); b >= 0) t.assign(1, static_cast<char>(b));
+        break;
+      case DecoderStep::Kind::kMetaspace:
+        ReplaceAll(&t, step.pattern, " ");
+        break;
+      case DecoderStep::Kind::kFuse:   // one token: nothing to fuse
+      case DecoderStep::Kind::kStrip:  // strips the text's ends, not a token's in the middle
+        break;
+    }
+  }
+  return t;
+}
+
 }  // namespace chunkserve::tokenizer

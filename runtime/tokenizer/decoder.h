@@ -36,6 +36,11 @@ class Decoder {
   // Always valid UTF-8.
   std::string Decode(std::vector<std::string> tokens) const;
 
+  // The raw bytes one vocabulary entry stands for in the middle of a text: the steps applied to
+  // it alone, without the start-of-text rules (Strip, Metaspace's first-token space) and without
+  // replacing invalid UTF-8 — half a character stays the bytes it is (what logprobs report).
+  std::string TokenBytes(const std::string& token) const;
+
  private:
   std::vector<DecoderStep> steps_;
 };

@@ -108,6 +108,19 @@ Result<std::string> Tokenizer::Decode(std::span<const int32_t> ids,
   return impl.decoder.Decode(std::move(tokens));
 }
 
+Result<std::string> Tokenizer::TokenBytes(int32_t id) const {
+  const Impl& impl = *impl_;
+  if (id < 0 || id >= vocab_size()) {
+    return Status::InvalidArgument("token id " + std::to_string(id) + " outside [0, " +
+                                   std::to_string(vocab_size()) + ")");
+  }
+  if (!impl.present[id]) return std::string();
+  // Added tokens stand for their content as it is (HF decodes them without the decoder's
+  // byte mapping when they are not in the model's vocabulary, and their content is text).
+  if (impl.special[id]) return impl.id_to_token[id];
+  return impl.decoder.TokenBytes(impl.id_to_token[id]);
+}
+
 int32_t Tokenizer::vocab_size() const {
   return static_cast<int32_t>(impl_->id_to_token.size());
 }

@@ -70,6 +70,10 @@ class Tokenizer {
   int32_t vocab_size() const;
   std::optional<int32_t> TokenId(std::string_view token) const;   // e.g. "<|im_end|>"
   std::optional<std::string_view> TokenText(int32_t id) const;    // the raw vocabulary entry
+  // The bytes token `id` adds to a text when decoded in the middle of it (Decoder::TokenBytes):
+  // maybe part of a UTF-8 character, so maybe not valid UTF-8. InvalidArgument outside the
+  // vocabulary; empty for a hole in a sparse vocabulary.
+  Result<std::string> TokenBytes(int32_t id) const;
   std::optional<int32_t> bos_id() const;
   std::optional<int32_t> eos_id() const;
   // Special added tokens (tokenizer.json "special": true; GGUF control tokens).

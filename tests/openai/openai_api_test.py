@@ -161,6 +161,8 @@ def api_checks(url, label, key="unused"):
           usage.completion_tokens == a.usage.completion_tokens,
           f"{label}: streamed finish reason and usage match")
 
+    logprobs = logprobs_checks(client, label, answer)
+
     c = client.completions.create(model=NAME, prompt="The three primary colors are",
                                   temperature=0, max_tokens=24)
     ctext = c.choices[0].text
@@ -218,7 +220,37 @@ def api_checks(url, label, key="unused"):
     events = [l for l in out.splitlines() if l.startswith("data: ")]
     check(code == 200 and events[-1] == "data: [DONE]" and len(events) >= 3,
           f"{label}: curl reads the event stream ({len(events)} events)")
-    return answer
+    return answer, logprobs
+
+
+def logprobs_checks(client, label, answer):
+    """Logprobs on chat (plain and streamed) and completions; returns chat's per-token list."""
+    a = chat(client, "What does a derailleur do?", logprobs=True, top_logprobs=3)
+    content = a.choices[0].logprobs.content
+    check(a.choices[0].message.content == answer, f"{label}: asking for logprobs changes no text")
+    check(b"".join(bytes(e.bytes) for e in content) == answer.encode(),
+          f"{label}: the {len(content)} logprob entries' bytes add up to the answer")
+    check(all(len(e.top_logprobs) == 3 and e.top_logprobs[0].token == e.token and
+              e.top_logprobs[0].logprob == e.logprob and e.logprob <= 0 and
+              e.top_logprobs[1].logprob <= e.top_logprobs[0].logprob for e in content),
+          f"{label}: greedy tokens are their position's most likely, with 3 alternatives each")
+    streamed = []
+    for chunk in chat(client, "What does a derailleur do?", logprobs=True, top_logprobs=3,
+                      stream=True):
+        for choice in chunk.choices:
+            if choice.logprobs is not None and choice.logprobs.content:
+                streamed.extend(choice.logprobs.content)
+    check([(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in content],
+          f"{label}: streamed logprobs equal the non-streamed ones")
+    c = client.completions.create(model=NAME, prompt="The three primary colors are",
+                                  temperature=0, max_tokens=12, logprobs=2)
+    lp = c.choices[0].logprobs
+    offsets = lp.text_offset
+    check(len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(offsets) and
+          offsets[0] == 0 and offsets == sorted(offsets) and
+          all(len(t) <= 2 for t in lp.top_logprobs),
+          f"{label}: completions logprobs: tokens, token_logprobs, top_logprobs, text_offset")
+    return [(e.token, e.logprob) for e in content]
 
 
 def disconnect_check(url, worker_url, label):
@@ -254,7 +286,7 @@ def main():
                        "--http", "127.0.0.1:0", "--model", MODEL, "--served-model-name", NAME,
                        "--kv-cache-mb", "256"])
         procs.append(worker)
-        direct = api_checks(worker.url, "worker")
+        direct, direct_logprobs = api_checks(worker.url, "worker")
         disconnect_check(worker.url, worker.url, "worker")
 
         router = Proc([f"{BIN}/chunkserve-router", "--listen", "127.0.0.1:0",
@@ -267,8 +299,12 @@ def main():
         procs.append(worker2)
         wait_for("the worker to register", lambda: metrics(router.url).get(
             "chunkserve_router_workers_alive", 0) >= 1)
-        routed = api_checks(router.url, "router")
+        routed, routed_logprobs = api_checks(router.url, "router")
         check(routed == direct, "the router's greedy answer equals the worker's")
+        check(len(routed_logprobs) == len(direct_logprobs) and
+              all(t == u and abs(x - y) < 1e-3
+                  for (t, x), (u, y) in zip(routed_logprobs, direct_logprobs)),
+              "logprobs through the router equal the worker's")
         disconnect_check(router.url, worker2.url, "router")
 
         # The API key.

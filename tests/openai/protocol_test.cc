@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <limits>
 #include <string>
 
 namespace chunkserve::openai {
@@ -103,7 +104,16 @@ TEST(ParseTest, RefusesWhatItCannotHonour) {
   EXPECT_EQ(Refused(kC, p(R"("stop": ["a","b","c","d","e"])")), "stop");
   EXPECT_EQ(Refused(kC, p(R"("stop": [""])")), "stop");
   EXPECT_EQ(Refused(kC, p(R"("echo": true)")), "echo");
-  EXPECT_EQ(Refused(kC, p(R"("logprobs": 5)")), "logprobs");
+  EXPECT_EQ(Refused(kC, p(R"("logprobs": 21)")), "logprobs");
+  EXPECT_EQ(Refused(kC, p(R"("logprobs": true)")), "logprobs");
+  EXPECT_EQ(Refused(kChat, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 2})"),
+            "logprobs");
+  EXPECT_EQ(Refused(kChat, R"({"messages": [{"role": "user", "content": "x"}],
+                               "top_logprobs": 2})"),
+            "top_logprobs");
+  EXPECT_EQ(Refused(kChat, R"({"messages": [{"role": "user", "content": "x"}],
+                               "logprobs": true, "top_logprobs": 21})"),
+            "top_logprobs");
   EXPECT_EQ(Refused(kC, p(R"("logit_bias": {"5": 10})")), "logit_bias");
   EXPECT_EQ(Refused(kC, p(R"("frequency_penalty": 0.5)")), "frequency_penalty");
   EXPECT_EQ(Refused(kC, p(R"("suffix": "z")")), "suffix");
@@ -112,6 +122,18 @@ TEST(ParseTest, RefusesWhatItCannotHonour) {
   EXPECT_EQ(Refused(kC, R"({"model": 5, "prompt": "x"})"), "model");
   EXPECT_EQ(Refused(kC, R"([1, 2])"), "");
   EXPECT_EQ(Refused(kC, R"({"prompt": "x")"), "");  // not JSON
+}
+
+TEST(ParseTest, Logprobs) {
+  EXPECT_EQ(Ok(kC, R"({"prompt": "x"})").logprobs, -1);
+  EXPECT_EQ(Ok(kC, R"({"prompt": "x", "logprobs": null})").logprobs, -1);
+  EXPECT_EQ(Ok(kC, R"({"prompt": "x", "logprobs": false})").logprobs, -1);
+  EXPECT_EQ(Ok(kC, R"({"prompt": "x", "logprobs": 0})").logprobs, 0);
+  EXPECT_EQ(Ok(kC, R"({"prompt": "x", "logprobs": 5})").logprobs, 5);
+  const std::string chat = R"({"messages": [{"role": "user", "content": "x"}], )";
+  EXPECT_EQ(Ok(kChat, chat + R"("logprobs": false})").logprobs, -1);
+  EXPECT_EQ(Ok(kChat, chat + R"("logprobs": true})").logprobs, 0);
+  EXPECT_EQ(Ok(kChat, chat + R"("logprobs": true, "top_logprobs": 20})").logprobs, 20);
 }
 
 Completion Sample() {
@@ -139,6 +161,46 @@ TEST(RenderTest, CompletionShapes) {
   EXPECT_EQ(text["choices"][0]["text"], "hello \xEF\xBF\xBD");
 }
 
+// Two tokens: "h\xC3" (half of "é", the rest in the next token) and "\xA9!", so the text is
+// "hé!"; the second token's text starts at character 1 (inside the "é" the first began).
+Completion WithLogprobs() {
+  Completion c = Sample();
+  c.text = "h\xC3\xA9!";
+  c.has_logprobs = true;
+  c.logprobs.push_back({"h\xC3", -0.25f, {{"h\xC3", -0.25f}, {"x", -2.0f}}, 0});
+  c.logprobs.push_back({"\xA9!", -std::numeric_limits<float>::infinity(), {}, 1});
+  return c;
+}
+
+TEST(RenderTest, LogprobsShapes) {
+  Json chat = Json::parse(RenderCompletion(kChat, WithLogprobs()));
+  const Json& content = chat["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 2u);
+  EXPECT_EQ(content[0]["token"], "h\xEF\xBF\xBD");  // half a character: replaced in the string
+  EXPECT_EQ(content[0]["bytes"], Json::array({0x68, 0xC3}));  // and exact in the bytes
+  EXPECT_FLOAT_EQ(content[0]["logprob"].get<float>(), -0.25f);
+  ASSERT_EQ(content[0]["top_logprobs"].size(), 2u);
+  EXPECT_EQ(content[0]["top_logprobs"][1]["token"], "x");
+  EXPECT_FLOAT_EQ(content[0]["top_logprobs"][1]["logprob"].get<float>(), -2.0f);
+  EXPECT_EQ(content[1]["logprob"], -9999.0);  // probability 0, as OpenAI writes it
+  EXPECT_TRUE(content[1]["top_logprobs"].empty());
+  EXPECT_TRUE(chat["choices"][0]["logprobs"]["refusal"].is_null());
+
+  Json text = Json::parse(RenderCompletion(kC, WithLogprobs()));
+  const Json& l = text["choices"][0]["logprobs"];
+  EXPECT_EQ(l["tokens"].size(), 2u);
+  EXPECT_FLOAT_EQ(l["token_logprobs"][0].get<float>(), -0.25f);
+  EXPECT_EQ(l["text_offset"], Json::array({0, 1}));
+  EXPECT_FLOAT_EQ(l["top_logprobs"][0]["x"].get<float>(), -2.0f);
+
+  // Asked for and none yet: an empty object, not null; not asked: null.
+  Completion none = WithLogprobs();
+  none.logprobs.clear();
+  EXPECT_TRUE(Json::parse(RenderCompletion(kChat, none))["choices"][0]["logprobs"]["content"]
+                  .empty());
+  EXPECT_TRUE(Json::parse(RenderCompletion(kChat, Sample()))["choices"][0]["logprobs"].is_null());
+}
+
 Json EventJson(const std::string& event) {
   EXPECT_EQ(event.rfind("data: ", 0), 0u);
   EXPECT_EQ(event.substr(event.size() - 2), "\n\n");
@@ -153,6 +215,11 @@ TEST(RenderTest, StreamShapes) {
   EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
   Json next = EventJson(RenderStreamDelta(kChat, Sample(), "llo", false));
   EXPECT_FALSE(next["choices"][0]["delta"].contains("role"));
+  const Completion lp = WithLogprobs();
+  Json with = EventJson(RenderStreamDelta(kChat, lp, "h", false, {lp.logprobs.data(), 1}));
+  ASSERT_EQ(with["choices"][0]["logprobs"]["content"].size(), 1u);
+  EXPECT_EQ(with["choices"][0]["logprobs"]["content"][0]["bytes"], Json::array({0x68, 0xC3}));
+  EXPECT_TRUE(next["choices"][0]["logprobs"].is_null());
   Json fin = EventJson(RenderStreamFinish(kChat, Sample()));
   EXPECT_EQ(fin["choices"][0]["finish_reason"], "stop");
   Json usage = EventJson(RenderStreamUsage(kC, Sample()));

@@ -108,6 +108,32 @@ TEST_P(ReferenceTest, DecodeOfEncodeRoundTrips) {
   EXPECT_GE(checked, 250);
 }
 
+// Each token's bytes (what logprobs report) add up to the text it encodes: exactly for byte-level
+// BPE; SentencePiece-style vocabularies add the prefix space that Decode strips at the start.
+TEST_P(ReferenceTest, TokenBytesAddUpToTheText) {
+  int checked = 0;
+  for (const ReferenceRow& row : rows_) {
+    auto ids = tokenizer_->Encode(row.text, /*add_special_tokens=*/false);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    const bool has_added = std::any_of(ids->begin(), ids->end(), [&](int32_t id) {
+      return tokenizer_->IsSpecial(id) || tokenizer_->TokenText(id) == "<tool>";
+    });
+    if (has_added || ids->empty()) continue;
+    std::string bytes;
+    for (const int32_t id : *ids) {
+      auto b = tokenizer_->TokenBytes(id);
+      ASSERT_TRUE(b.ok()) << b.status();
+      bytes += *b;
+    }
+    const std::string want = GetParam() == "sentencepiece_bpe" ? " " + row.text : row.text;
+    EXPECT_EQ(bytes, want) << "text: \"" << row.text << "\"";
+    ++checked;
+  }
+  EXPECT_GE(checked, 250);
+  EXPECT_FALSE(tokenizer_->TokenBytes(tokenizer_->vocab_size()).ok());
+  EXPECT_FALSE(tokenizer_->TokenBytes(-1).ok());
+}
+
 // One Tokenizer shared by four threads encoding the corpus at once gives the same ids (match
 // data and BPE state are per call; run under TSan to check the claim in tokenizer.h).
 TEST_P(ReferenceTest, ConcurrentEncodesAgree) {
