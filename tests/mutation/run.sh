@@ -14,10 +14,13 @@
 # patch no longer applies (the code moved: refresh the patch), a selection matched no test, or
 # the unmutated baseline failed. Not registered with ctest: it rebuilds, too slow for CI.
 #
-# Patch format (see tests/README.md, "Mutation check"): header lines before the first
-# `diff --git`, which git apply skips:
-#   # area: kvcache                          # targets: chunkserve_kvcache_test
-#   # tests: -R ^CollidingPrefixTreeTest\.    # why: the bug it plants   [# timeout: 300]
+# Patch format (tests/README.md, "Mutation check"): a git diff after header lines, which
+# git apply skips as text before the first `diff --git`:
+#   # area: kvcache                               (for the report)
+#   # targets: chunkserve_kvcache_test            (ninja targets to rebuild)
+#   # tests: -R ^CollidingPrefixTreeTest\.         (ctest selection; only tests of the targets)
+#   # why: the bug it plants                      (one line)
+#   # timeout: 300                                (optional, seconds per test)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -38,7 +41,7 @@ while (($#)); do
     --no-baseline) baseline=0; shift ;;
     --keep) keep=1; shift ;;
     --list) list=1; shift ;;
-    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     *) names+=("${1%.patch}"); shift ;;
   esac
@@ -78,7 +81,25 @@ build="$src/build"
 mkdir -p "$scratch"
 exec 9>"$scratch/lock"
 flock -n 9 || { echo "run.sh: another mutation run holds $scratch/lock" >&2; exit 2; }
+# Builds and tests run as background jobs, each in its own process group (set -m), while the
+# script waits on them: bash defers a trap while a foreground child runs (and ninja and ctest exit
+# normally on Ctrl-C, which bash then takes as handled, going on with the next mutation), but a
+# wait returns at once. The trap then ends the job's whole group, tests and servers included.
+set -m
+child=0
+run_waiting() {
+  "$@" &
+  child=$!
+  local rc=0
+  wait "$child" || rc=$?
+  child=0
+  return "$rc"
+}
 cleanup() {
+  if ((child)); then
+    kill -TERM -- "-$child" 2>/dev/null || true
+    wait "$child" 2>/dev/null || true
+  fi
   if ((keep)); then
     echo "scratch copy kept in $src" >&2
   else
@@ -86,7 +107,8 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
-trap 'echo "run.sh: interrupted" >&2; exit 130' INT TERM
+exec 3>&2  # the trap may fire inside a redirection to a log: report on the real stderr
+trap 'echo "run.sh: interrupted" >&3; exit 130' INT TERM
 
 # Everything git runs below stays inside the copy: without the ceiling, `git apply` in $src would
 # find the enclosing worktree and silently skip paths outside the current directory.
@@ -111,7 +133,7 @@ if command -v ccache >/dev/null 2>&1; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 echo "== configuring $src ($source_desc)"
-cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+run_waiting cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCHUNKSERVE_WARNINGS_AS_ERRORS=ON -DCHUNKSERVE_CUDA=OFF -DCHUNKSERVE_BUILD_BINDINGS=OFF \
   -DCHUNKSERVE_BUILD_EXAMPLES=OFF "${launcher[@]}" >"$scratch/configure.log" 2>&1 ||
   { cat "$scratch/configure.log" >&2; exit 1; }
@@ -121,7 +143,7 @@ run_tests() {
   local log="$1" timeout="$2"
   shift 2
   local rc=0
-  ctest --test-dir "$build" -j "$jobs" --timeout "$timeout" --output-on-failure "$@" \
+  run_waiting ctest --test-dir "$build" -j "$jobs" --timeout "$timeout" --output-on-failure "$@" \
     >"$log" 2>&1 || rc=$?
   if grep -q "No tests were found" "$log"; then return 3; fi
   return "$rc"
@@ -146,7 +168,7 @@ if ((baseline)); then
   done
   mapfile -t all_targets < <(printf '%s\n' "${all_targets[@]}" | sort -u)
   echo "== baseline: building ${#all_targets[@]} targets"
-  if ! ninja -C "$build" -j "$jobs" "${all_targets[@]}" >"$scratch/baseline-build.log" 2>&1; then
+  if ! run_waiting ninja -C "$build" -j "$jobs" "${all_targets[@]}" >"$scratch/baseline-build.log" 2>&1; then
     tail -40 "$scratch/baseline-build.log" >&2
     echo "run.sh: the unmutated tree does not build" >&2
     exit 1
@@ -189,9 +211,9 @@ for n in "${names[@]}"; do
     detail="$(head -1 "$log")"
     bad=1
   else
-    if ! ninja -C "$build" -j "$jobs" "${targets[@]}" >>"$log" 2>&1; then
+    if ! run_waiting ninja -C "$build" -j "$jobs" "${targets[@]}" >>"$log" 2>&1; then
       result="killed (build)"
-      detail="$(grep -m1 -E 'error' "$log" | cut -c1-80 || true)"
+      detail="$(grep -m1 'error:' "$log" | sed 's|^.*/src/||' | cut -c1-100 || true)"
     else
       rc=0
       run_tests "$log.ctest" "$timeout" "${sel[@]}" || rc=$?
@@ -225,7 +247,7 @@ total=$((SECONDS - start_all))
 echo
 # A Markdown table, so a run's output can be pasted into tests/README.md as it is.
 row='| %-36s | %-7s | %-50s | %-14s | %4s | %s |\n'
-printf "$row" mutation area targets result s "killed by (first failing test)"
+printf "$row" mutation area targets result s "killed by (first failing test) or error"
 printf "$row" "$(printf -- '-%.0s' {1..36})" "-------" "$(printf -- '-%.0s' {1..50})" \
   "$(printf -- '-%.0s' {1..14})" "---:" "---"
 killed=0 survived=0 build_killed=0 not_applied=0 no_tests=0 survivors=()
