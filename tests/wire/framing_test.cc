@@ -135,6 +135,29 @@ TEST(FramingTest, OversizedFrameRejectedFromItsSegmentTable) {
   EXPECT_LT(decoder.buffered_bytes(), 64u);
 }
 
+// max_message_bytes bounds the whole frame, its segment table included: a frame of exactly the
+// limit passes, one byte less of limit refuses it (one-shot and incremental), though its segments
+// alone would fit. Kills the mutation wire-frame-limit-excludes-table (tests/mutation).
+TEST(FramingTest, SizeLimitCountsTheSegmentTable) {
+  const auto frame = GenerateFrame(1, 40);
+  const ReaderLimits exact{.max_message_bytes = frame.size()};
+  EXPECT_OK(DecodeFrame(frame.data(), frame.size(), exact).status());
+  FrameDecoder fits(exact);
+  ASSERT_OK(fits.Feed(frame.data(), frame.size()));
+  DecodedMessage m;
+  EXPECT_TRUE(fits.Next(&m));
+
+  const ReaderLimits one_less{.max_message_bytes = frame.size() - 1};
+  EXPECT_THAT(DecodeFrame(frame.data(), frame.size(), one_less).status(),
+              StatusIs(StatusCode::kResourceExhausted));
+  FrameDecoder whole(one_less);
+  EXPECT_THAT(whole.Feed(frame.data(), frame.size()), StatusIs(StatusCode::kResourceExhausted));
+  FrameDecoder split(one_less);  // the table alone, then the rest
+  ASSERT_OK(split.Feed(frame.data(), 4));
+  EXPECT_THAT(split.Feed(frame.data() + 4, frame.size() - 4),
+              StatusIs(StatusCode::kResourceExhausted));
+}
+
 TEST(FramingTest, EmptyFrameRejected) {
   std::vector<uint8_t> bytes(8, 0);
   EXPECT_THAT(DecodeFrame(bytes.data(), bytes.size(), {}).status(),
