@@ -43,7 +43,7 @@ class RecordingRunner final : public forward::StepRunner {
     return forward::ValidateStepBatch(batch, shape_, kVocab);
   }
   Status ForwardSample(const forward::StepBatch& batch, std::span<const backend::SampleRow>,
-                       std::span<TokenId> tokens) override {
+                       std::span<TokenId> tokens, std::span<TokenLogprobs>) override {
     CHUNKSERVE_RETURN_IF_ERROR(forward::ValidateStepBatch(batch, shape_, kVocab));
     steps.push_back({static_cast<int32_t>(batch.tokens.size()), batch.num_decode});
     std::fill(tokens.begin(), tokens.end(), TokenId{1});
