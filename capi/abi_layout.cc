@@ -31,8 +31,8 @@ static_assert(CHUNKSERVE_ABI_VERSION == CHUNKSERVE_CAPI_SOVERSION,
   static_assert(offsetof(type, field) == (offset), #type "." #field " moved"); \
   static_assert(sizeof(type::field) == (size), #type "." #field " resized")
 
-// chunkserve_engine_options_t, version 1.
-static_assert(sizeof(chunkserve_engine_options_t) == kEngineOptionsV1Size);
+// chunkserve_engine_options_t, version 1 (56 bytes) plus the version 2 tiny_model fields.
+static_assert(sizeof(chunkserve_engine_options_t) == kEngineOptionsV2Size);
 static_assert(alignof(chunkserve_engine_options_t) == 8);
 CHUNKSERVE_FIELD_AT(chunkserve_engine_options_t, struct_size, 0, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_engine_options_t, backend, 4, 4);
@@ -46,6 +46,8 @@ CHUNKSERVE_FIELD_AT(chunkserve_engine_options_t, max_batch_size, 40, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_engine_options_t, prefill_token_budget, 44, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_engine_options_t, max_queued_requests, 48, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_engine_options_t, reserved0, 52, 4);
+CHUNKSERVE_FIELD_AT(chunkserve_engine_options_t, tiny_model, 56, 4);
+CHUNKSERVE_FIELD_AT(chunkserve_engine_options_t, reserved1, 60, 4);
 
 // chunkserve_request_options_t, version 1 (72 bytes) plus the version 2 logprobs fields.
 static_assert(sizeof(chunkserve_request_options_t) == kRequestOptionsV2Size);

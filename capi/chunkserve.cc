@@ -207,6 +207,8 @@ chunkserve_engine_options_t DefaultEngineOptions() {
   o.prefill_token_budget = d.prefill_token_budget;
   o.max_queued_requests = d.max_queued_requests;
   o.reserved0 = 0;
+  o.tiny_model = 0;
+  o.reserved1 = 0;
   return o;
 }
 
@@ -252,7 +254,25 @@ Status ToEngineOptions(const chunkserve_engine_options_t& in, cs::engine::Engine
                                    std::to_string(in.num_threads));
   }
   if (in.reserved0 != 0) return Status::InvalidArgument(std::string(kFn) + ": reserved0 must be 0");
+  if (in.reserved1 != 0) return Status::InvalidArgument(std::string(kFn) + ": reserved1 must be 0");
+  if (in.tiny_model != 0 && in.tiny_model != 1) {
+    return Status::InvalidArgument(std::string(kFn) + ": tiny_model must be 0 or 1, got " +
+                                   std::to_string(in.tiny_model));
+  }
   out->model_dir = in.model_path != nullptr ? in.model_path : "";
+  // Version 1 (56 bytes) had no tiny_model: a missing model_path meant the tiny model, and a
+  // caller built then keeps that meaning. Version 2 asks for it explicitly.
+  const bool v1 = in.struct_size < chunkserve::capi::kEngineOptionsV2Size;
+  out->tiny_model = in.tiny_model == 1 || (v1 && out->model_dir.empty());
+  if (out->model_dir.empty() && !out->tiny_model) {
+    return Status::InvalidArgument(std::string(kFn) +
+                                   ": no model: set model_path (a model folder or a .gguf file), "
+                                   "or tiny_model = 1 for the built-in random-weight test model");
+  }
+  if (!out->model_dir.empty() && out->tiny_model) {
+    return Status::InvalidArgument(std::string(kFn) + ": model_path and tiny_model exclude each "
+                                   "other");
+  }
   out->backend = static_cast<cs::engine::BackendKind>(in.backend);
   out->num_threads = in.num_threads;
   out->chunk_size = in.chunk_size != 0 ? in.chunk_size : d.chunk_size;
@@ -543,7 +563,9 @@ chunkserve_status_t chunkserve_engine_create(const chunkserve_engine_options_t* 
     if (out_engine == nullptr) return NullArgument(fn, "out_engine");
     *out_engine = nullptr;
     chunkserve_engine_options_t c = DefaultEngineOptions();
-    if (options != nullptr) {
+    if (options == nullptr) {
+      c.struct_size = chunkserve::capi::kEngineOptionsV1Size;  // NULL: version 1's defaults
+    } else {
       CHUNKSERVE_RETURN_IF_ERROR(ReadVersioned(fn, "chunkserve_engine_options_t", options,
                                                chunkserve::capi::kEngineOptionsV1Size, &c));
     }

@@ -35,13 +35,16 @@ bool ParseInt(const std::string& s, long long lo, long long hi, long long* out) 
 }
 
 constexpr char kUsage[] =
-    "usage: chunkserve-worker [--listen HOST:PORT] [--http HOST:PORT] [--model DIR|FILE.gguf]\n"
+    "usage: chunkserve-worker [--listen HOST:PORT] [--http HOST:PORT]\n"
+    "         (--model DIR|FILE.gguf | --tiny-model)\n"
     "         [--kv-cache-mb N] [--max-queue N] [--chunk-size N] [--threads N]\n"
     "         [--drain-timeout-ms N]\n"
     "         [--worker-id ID] [--router HOST:PORT] [--advertise HOST:PORT]\n"
     "         [--load-report-ms N] [--backend cpu|cuda] [--cuda-device N]\n"
     "         [--kv-dtype f32|f16|bf16] [--tp N] [--tp-rendezvous HOST:PORT]\n"
     "         [--tp-timeout-ms N] [--tp-comm gloo|nccl]\n"
+    "--model is required; --tiny-model serves the built-in tiny model (random weights, for tests\n"
+    "and demos without a model).\n"
     "--backend cuda keeps KV, weights and activations in --kv-dtype (f16, the default, or bf16);\n"
     "with --tp N it runs N GPU ranks over NCCL, rank r on CUDA device r.\n"
     "accepted connections (clients and routers' data links):\n";
@@ -61,6 +64,10 @@ int Main(int argc, char** argv) {
       std::fputs(wire::ServerFlagsUsage(), stdout);
       std::fputs(openai::ApiFlagsUsage(), stdout);
       return 0;
+    }
+    if (flag == "--tiny-model") {  // the one flag without a value
+      options.engine.tiny_model = true;
+      continue;
     }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "missing value for %s\n%s", flag.c_str(), kUsage);
@@ -151,6 +158,14 @@ int Main(int argc, char** argv) {
     }
   }
 
+  if (options.engine.model_dir.empty() == !options.engine.tiny_model) {
+    std::fprintf(stderr, "chunkserve-worker: %s\n%s",
+                 options.engine.tiny_model ? "--model and --tiny-model exclude each other"
+                                           : "no model: pass --model DIR|FILE.gguf (or --tiny-model "
+                                             "for the built-in random-weight test model)",
+                 kUsage);
+    return 2;
+  }
   Result<wire::ServerConnections> connections = wire::MakeServerConnections(server_flags);
   if (!connections.ok()) {
     std::fprintf(stderr, "chunkserve-worker: %s\n", connections.status().ToString().c_str());

@@ -1,7 +1,7 @@
 // Package chunkserve embeds the chunkserve LLM serving engine in a Go program through its stable
 // C ABI (libchunkserve.so, header <chunkserve/chunkserve.h>).
 //
-//	engine, err := chunkserve.NewEngine(chunkserve.EngineOptions{KVCacheBytes: 64 << 20})
+//	engine, err := chunkserve.NewEngine(chunkserve.EngineOptions{ModelPath: path, KVCacheBytes: 64 << 20})
 //	if err != nil { ... }
 //	defer engine.Close()
 //	stream, err := engine.Submit(ctx, chunkserve.Request{Prompt: tokens, MaxNewTokens: 32})

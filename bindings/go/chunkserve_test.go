@@ -16,8 +16,10 @@ import (
 // CHUNKSERVE_TEST_MODEL_DIR (set by ctest) points at a pre-written tiny model, so engines load in
 // milliseconds; without it each engine writes the built-in model to a temporary directory.
 func testOptions() EngineOptions {
+	dir := os.Getenv("CHUNKSERVE_TEST_MODEL_DIR")
 	return EngineOptions{
-		ModelPath:    os.Getenv("CHUNKSERVE_TEST_MODEL_DIR"),
+		ModelPath:    dir,
+		TinyModel:    dir == "",
 		KVCacheBytes: 8 << 20,
 		ChunkSize:    16,
 		NumThreads:   1,
@@ -232,8 +234,11 @@ func TestErrorsSurfaceWithCodes(t *testing.T) {
 	if err := e.Cancel(123456); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Cancel(unknown): %v", err)
 	}
-	if _, err := NewEngine(EngineOptions{ChunkSize: 7}); CodeOf(err) != InvalidArgument {
+	if _, err := NewEngine(EngineOptions{TinyModel: true, ChunkSize: 7}); CodeOf(err) != InvalidArgument {
 		t.Fatalf("chunk size 7: %v", err)
+	}
+	if _, err := NewEngine(EngineOptions{}); CodeOf(err) != InvalidArgument {
+		t.Fatalf("no model: %v (random weights only when asked for)", err)
 	}
 	if _, err := NewEngine(EngineOptions{ModelPath: "/nonexistent/model"}); err == nil {
 		t.Fatal("missing model loaded")

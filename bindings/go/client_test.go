@@ -21,7 +21,7 @@ func startWorker(t *testing.T, extra ...string) string {
 	if bin == "" {
 		t.Skip("CHUNKSERVE_WORKER_BIN is not set (ctest sets it)")
 	}
-	args := []string{"--listen", "127.0.0.1:0", "--threads", "1", "--kv-cache-mb", "32",
+	args := []string{"--tiny-model", "--listen", "127.0.0.1:0", "--threads", "1", "--kv-cache-mb", "32",
 		"--chunk-size", "16"} // as testOptions(), so in-process references compute the same way
 	cmd := exec.Command(bin, append(args, extra...)...)
 	cmd.Stderr = os.Stderr

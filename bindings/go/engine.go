@@ -45,9 +45,12 @@ const (
 // EngineOptions configures NewEngine. The zero value means the defaults (and the built-in tiny
 // model).
 type EngineOptions struct {
-	// ModelPath is a directory with config.json and safetensors weights; "" serves the built-in
-	// tiny random-weight model (vocab 1024).
+	// ModelPath is a directory with config.json and safetensors weights, or a .gguf file;
+	// required unless TinyModel.
 	ModelPath string
+	// TinyModel serves the built-in tiny random-weight model (vocab 1024; tests, demos) instead
+	// of ModelPath, which must then be "". Random weights are never a silent fallback.
+	TinyModel bool
 	Backend   Backend
 	// KVCacheBytes is the KV cache size; 0: 256 MiB.
 	KVCacheBytes uint64
@@ -113,6 +116,9 @@ func NewEngineContext(ctx context.Context, opts EngineOptions) (*Engine, error) 
 		o.prefill_token_budget = C.int32_t(opts.PrefillTokenBudget)
 	}
 	o.max_queued_requests = C.int32_t(opts.MaxQueuedRequests)
+	if opts.TinyModel {
+		o.tiny_model = 1
+	}
 	ptr, err := createWithContext(ctx, "NewEngine", func() (*C.chunkserve_engine_t, error) {
 		// Runs to completion even when ctx is done meanwhile, so it owns the C string.
 		if opts.ModelPath != "" {

@@ -31,6 +31,8 @@ int main(void) {
   FIELD(chunkserve_engine_options_t, prefill_token_budget);
   FIELD(chunkserve_engine_options_t, max_queued_requests);
   FIELD(chunkserve_engine_options_t, reserved0);
+  FIELD(chunkserve_engine_options_t, tiny_model);
+  FIELD(chunkserve_engine_options_t, reserved1);
 
   STRUCT(chunkserve_request_options_t);
   FIELD(chunkserve_request_options_t, struct_size);

@@ -7,7 +7,7 @@ set -eu
 worker_bin=$1
 example_bin=$2
 out=$(mktemp)
-"$worker_bin" --listen 127.0.0.1:0 --threads 1 --kv-cache-mb 32 > "$out" &
+"$worker_bin" --tiny-model --listen 127.0.0.1:0 --threads 1 --kv-cache-mb 32 > "$out" &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -f "$out"' EXIT
 port=""

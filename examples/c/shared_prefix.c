@@ -40,7 +40,11 @@ int main(void) {
 
   Check(chunkserve_engine_options_init(&engine_options, sizeof engine_options, &error), error,
         "options_init");
-  engine_options.model_path = NULL; /* the built-in tiny model */
+#if CHUNKSERVE_VERSION_MAJOR > 0 || CHUNKSERVE_VERSION_MINOR >= 4
+  engine_options.tiny_model = 1; /* the built-in tiny model (random weights): no download */
+#else
+  engine_options.model_path = NULL; /* before 0.4 (version 1 options): the built-in tiny model */
+#endif
   engine_options.kv_cache_bytes = 32u << 20;
   engine_options.chunk_size = 16;
   Check(chunkserve_engine_create(&engine_options, &engine, &error), error, "engine_create");

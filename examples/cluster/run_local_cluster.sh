@@ -99,7 +99,7 @@ for policy in $POLICIES; do
   http_addr="$(wait_for_line "$OUT/router-$policy.log" "http on " "${pids[-1]}")"
   echo "router on $router_addr, metrics on http://$http_addr/metrics"
   for i in $(seq 0 $((WORKERS - 1))); do
-    "$BIN/chunkserve-worker" --listen 127.0.0.1:0 --http 127.0.0.1:0 --threads "$THREADS" \
+    "$BIN/chunkserve-worker" --tiny-model --listen 127.0.0.1:0 --http 127.0.0.1:0 --threads "$THREADS" \
         --kv-cache-mb "$KV_MB" --worker-id "worker-$i" --router "$router_addr" \
         >"$OUT/worker-$i-$policy.log" 2>&1 &
     started

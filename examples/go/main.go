@@ -29,7 +29,8 @@ func main() {
 	defer stop()
 
 	fmt.Printf("libchunkserve %s (ABI %d)\n", chunkserve.Version(), chunkserve.ABIVersion())
-	engine, err := chunkserve.NewEngine(chunkserve.EngineOptions{KVCacheBytes: 32 << 20, ChunkSize: 16})
+	// The built-in tiny model (random weights): the example needs no download.
+	engine, err := chunkserve.NewEngine(chunkserve.EngineOptions{TinyModel: true, KVCacheBytes: 32 << 20, ChunkSize: 16})
 	if err != nil {
 		log.Fatal(err)
 	}

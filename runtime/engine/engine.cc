@@ -397,8 +397,16 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
     return Status::InvalidArgument("max_queued_requests must be >= 1");
   }
   InitLogging();
+  if (options.model_dir.empty() && !options.tiny_model) {
+    return Status::InvalidArgument(
+        "no model: set model_dir (a model folder or a .gguf file), or tiny_model for the built-in "
+        "random-weight test model");
+  }
+  if (!options.model_dir.empty() && options.tiny_model) {
+    return Status::InvalidArgument("model_dir and tiny_model exclude each other");
+  }
   std::filesystem::path dir = options.model_dir;
-  const bool tiny = options.model_dir.empty();
+  const bool tiny = options.tiny_model;
   if (tiny) {
     CHUNKSERVE_ASSIGN_OR_RETURN(dir, MaterializeTinyModel(options.tiny_model_dir));
   }

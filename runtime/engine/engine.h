@@ -53,9 +53,12 @@ enum class ShutdownMode : int32_t {
 
 struct EngineOptions {
   // Directory with config.json and safetensors weights, or a llama.cpp .gguf file (dequantized to
-  // f32 at load; model::LoadedModel::Load). Empty: the built-in tiny model, written
-  // once from a fixed seed into `tiny_model_dir` (a temporary directory when that is empty).
+  // f32 at load; model::LoadedModel::Load). Required unless `tiny_model`.
   std::string model_dir;
+  // The built-in tiny model (random weights from a fixed seed: tests, benchmarks, offline
+  // demos), written into `tiny_model_dir` (a temporary directory when that is empty). Only when
+  // asked for: a missing model_dir is an error, never random weights in its place.
+  bool tiny_model = false;
   std::string tiny_model_dir;
 
   // kCuda: runtime/backend/cuda_backend.h, in builds configured with CUDA (Unimplemented

@@ -113,6 +113,7 @@ int EngineMain(int argc, char** argv) {
         o.backend = f.backend;
         o.kv_dtype = f.kv_dtype;
         o.model_dir = f.model_dir;
+        o.tiny_model = f.model_dir.empty();  // this bench's documented default
         auto eng = engine::Engine::Create(o);
         if (!eng.ok()) {
           std::cerr << "engine: " << eng.status() << "\n";

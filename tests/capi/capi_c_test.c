@@ -42,6 +42,13 @@ static chunkserve_engine_t* CreateEngine(void) {
   CHECK_OK(chunkserve_engine_options_init(&options, sizeof options, NULL));
   CHECK(options.struct_size == sizeof options);
   CHECK(options.model_path == NULL);
+  CHECK(options.tiny_model == 0);
+  /* Version 2 asks for random weights explicitly: without a model the engine is refused. */
+  CHECK(chunkserve_engine_create(&options, &engine, &error) == CHUNKSERVE_STATUS_INVALID_ARGUMENT);
+  CHECK(strstr(chunkserve_error_message(error), "no model") != NULL);
+  chunkserve_error_free(error);
+  error = NULL;
+  options.tiny_model = 1;
   options.kv_cache_bytes = 8u << 20;
   options.chunk_size = 16;
   options.num_threads = 1;

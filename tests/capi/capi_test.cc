@@ -145,7 +145,8 @@ TEST(CapiOptionsTest, InitRejectsNull) {
 
 TEST(CapiOptionsTest, InitRejectsStructSizeOutsideKnownVersions) {
   chunkserve_engine_options_t o;
-  for (uint32_t size : {0u, 4u, static_cast<uint32_t>(sizeof(o) - 1), 4097u}) {
+  // 55: one byte short of version 1 (56 bytes), the smallest size ever published.
+  for (uint32_t size : {0u, 4u, 55u, 4097u}) {
     ErrorPtr error;
     EXPECT_EQ(chunkserve_engine_options_init(&o, size, Out(error)),
               CHUNKSERVE_STATUS_INVALID_ARGUMENT)
@@ -343,7 +344,8 @@ TEST(CapiOptionsTest, ANewerCallersBiggerStructsWorkWhileTheirNewFieldsAreZero) 
 
 TEST(CapiEngineCreateTest, CreatesOnTheBuiltInTinyModelAndReportsIt) {
   chunkserve_engine_options_t o = SmallEngineOptions();
-  o.model_path = nullptr;  // the built-in model, written to a temporary directory
+  o.model_path = nullptr;
+  o.tiny_model = 1;  // the built-in model, written to a temporary directory
   EnginePtr engine = CreateEngineOrDie(o);
   chunkserve_engine_info_t info;
   info.struct_size = sizeof(info);
@@ -352,6 +354,39 @@ TEST(CapiEngineCreateTest, CreatesOnTheBuiltInTinyModelAndReportsIt) {
   EXPECT_EQ(info.chunk_size, 16);
   EXPECT_GT(info.max_context, 1000);
   EXPECT_NE(info.model_fingerprint, 0u);
+}
+
+// Random weights only when asked for: version 2 options without a model are refused, and
+// tiny_model with a model_path too; a version 1 caller (56 bytes) keeps its meaning (NULL model_path
+// = the tiny model), and so does a NULL options pointer.
+TEST(CapiEngineCreateTest, TheTinyModelOnlyWhenAskedFor) {
+  chunkserve_engine_options_t o = SmallEngineOptions();
+  o.model_path = nullptr;
+  chunkserve_engine_t* raw = nullptr;
+  ErrorPtr error;
+  EXPECT_EQ(chunkserve_engine_create(&o, &raw, Out(error)), CHUNKSERVE_STATUS_INVALID_ARGUMENT);
+  EXPECT_THAT(chunkserve_error_message(error.get()), HasSubstr("no model"));
+  EXPECT_EQ(raw, nullptr);
+  o = SmallEngineOptions();
+  o.tiny_model = 1;  // and a model_path
+  EXPECT_EQ(chunkserve_engine_create(&o, &raw, Out(error)), CHUNKSERVE_STATUS_INVALID_ARGUMENT);
+  EXPECT_THAT(chunkserve_error_message(error.get()), HasSubstr("exclude"));
+  o = SmallEngineOptions();
+  o.model_path = "";
+  o.tiny_model = 2;
+  EXPECT_EQ(chunkserve_engine_create(&o, &raw, Out(error)), CHUNKSERVE_STATUS_INVALID_ARGUMENT);
+  EXPECT_THAT(chunkserve_error_message(error.get()), HasSubstr("tiny_model must be 0 or 1"));
+
+  o = SmallEngineOptions();
+  o.model_path = nullptr;
+  o.struct_size = 56;  // a caller built against version 1
+  ASSERT_EQ(chunkserve_engine_create(&o, &raw, Out(error)), CHUNKSERVE_STATUS_OK)
+      << chunkserve_error_message(error.get());
+  EnginePtr v1(raw);
+  raw = nullptr;
+  ASSERT_EQ(chunkserve_engine_create(nullptr, &raw, Out(error)), CHUNKSERVE_STATUS_OK)
+      << chunkserve_error_message(error.get());
+  EnginePtr defaults(raw);
 }
 
 TEST(CapiEngineCreateTest, RejectsNullOutEngine) {

@@ -6,6 +6,7 @@
 int main(void) {
   chunkserve_engine_options_t o;
   chunkserve_engine_options_init(&o, sizeof o, NULL);
+  o.tiny_model = 1;
   o.backend = CHUNKSERVE_BACKEND_CUDA;
   o.kv_dtype = CHUNKSERVE_DTYPE_F16;
   o.kv_cache_bytes = 32u << 20;

@@ -543,6 +543,7 @@ void ExpectEveryTextCallFails(chunkserve_engine_t* engine, chunkserve_status_t c
 TEST(CapiTextNoTokenizerTest, TheBuiltInTinyModelIsFailedPrecondition) {
   chunkserve_engine_options_t o = SmallEngineOptions();
   o.model_path = nullptr;
+  o.tiny_model = 1;
   EnginePtr engine = CreateEngineOrDie(o);
   ASSERT_NE(engine, nullptr);
   ExpectEveryTextCallFails(engine.get(), CHUNKSERVE_STATUS_FAILED_PRECONDITION,

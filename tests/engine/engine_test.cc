@@ -413,8 +413,19 @@ TEST_F(EngineTest, ConcurrentSubmittersAllGetTheirTokens) {
   EXPECT_EQ(ok.load(), 20);
 }
 
+TEST(EngineCreateTest, RandomWeightsOnlyWhenAskedFor) {
+  EXPECT_THAT(Engine::Create(EngineOptions()),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("no model")));
+  EngineOptions both;
+  both.tiny_model = true;
+  both.model_dir = "/some/model";
+  EXPECT_THAT(Engine::Create(both),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("exclude")));
+}
+
 TEST(EngineCreateTest, RejectsBadOptionsAndModels) {
   EngineOptions o;
+  o.tiny_model = true;
   o.chunk_size = 8;
   EXPECT_THAT(Engine::Create(o), StatusIs(StatusCode::kInvalidArgument));
   o = EngineOptions();
@@ -429,6 +440,7 @@ TEST(EngineCreateTest, RejectsBadOptionsAndModels) {
 
 TEST(EngineCreateTest, BuiltInTinyModelServes) {
   EngineOptions o;
+  o.tiny_model = true;
   o.num_threads = 2;
   auto engine = Engine::Create(o);
   ASSERT_OK(engine.status());

@@ -27,7 +27,8 @@ RequestOptions Prompt(int32_t max_new_tokens) {
 // With one batch slot taken by a long request, max_queued_requests = 2 admits two waiting
 // requests and refuses the third, retryably. Kills the mutation engine-queue-limit-off-by-one.
 TEST(EngineQueueLimitTest, TheLimitIsTheNumberOfWaitingRequests) {
-  EngineOptions o;  // the built-in tiny model
+  EngineOptions o;
+  o.tiny_model = true;
   o.num_threads = 1;
   o.max_batch_size = 1;
   o.max_queued_requests = 2;

@@ -76,6 +76,7 @@ std::vector<uint32_t> ViaWorker(WireClient& c, uint64_t id, const Sampling& s) {
 // The same request on an in-process engine with the worker's defaults (the built-in tiny model).
 std::vector<uint32_t> InProcess(const Sampling& s) {
   engine::EngineOptions o;
+  o.tiny_model = true;  // the worker's --tiny-model
   o.num_threads = 2;
   o.kv_cache_bytes = 64u << 20;
   auto engine = engine::Engine::Create(o);

@@ -17,8 +17,8 @@ using ::chunkserve::testing::HttpResponse;
 
 class WorkerProcess : public ::chunkserve::testing::ServerProcess {
  public:
-  // Starts chunkserve-worker with `args` plus --listen/--http on 127.0.0.1:0 and waits
-  // (deadline) for it to print its ports.
+  // Starts chunkserve-worker with `args` plus --listen/--http on 127.0.0.1:0 (and --tiny-model
+  // unless `args` name --model or --tiny-model) and waits (deadline) for it to print its ports.
   static Result<std::unique_ptr<WorkerProcess>> Start(const std::vector<std::string>& args);
 };
 

@@ -131,6 +131,7 @@ Result<engine::EngineStats> GetStats(WireClient& c) {
 // The same tokens from the in-process engine with the worker's settings.
 std::vector<uint32_t> InProcess(const std::vector<uint32_t>& prompt, int32_t max_new) {
   engine::EngineOptions o;
+  o.tiny_model = true;  // the worker's --tiny-model
   o.num_threads = 2;
   o.kv_cache_bytes = 64u << 20;
   auto engine = engine::Engine::Create(o);

@@ -8,7 +8,8 @@
  *
  *   chunkserve_engine_options_t eo;
  *   chunkserve_engine_options_init(&eo, sizeof eo, NULL);
- *   eo.kv_cache_bytes = 64u << 20;                      (model_path NULL: the built-in tiny model)
+ *   eo.model_path = "/models/smollm2.gguf";             (or eo.tiny_model = 1: random weights)
+ *   eo.kv_cache_bytes = 64u << 20;
  *   chunkserve_engine_t* engine;
  *   chunkserve_error_t* err;
  *   if (chunkserve_engine_create(&eo, &engine, &err) != CHUNKSERVE_STATUS_OK) {
@@ -220,15 +221,16 @@ CHUNKSERVE_API const char* chunkserve_finish_reason_name(int32_t finish_reason);
 typedef struct chunkserve_engine chunkserve_engine_t;
 
 /* Engine options. Fill with chunkserve_engine_options_init, then change what you need.
- * Version 1 (chunkserve 0.1): 56 bytes on LP64. */
+ * Version 1 (chunkserve 0.1): 56 bytes on LP64. Version 2 (chunkserve 0.4): 64 bytes, +
+ * tiny_model, reserved1: a model is required unless tiny_model asks for random weights. */
 typedef struct chunkserve_engine_options {
   uint32_t struct_size;          /* sizeof(chunkserve_engine_options_t) the caller was built with */
   int32_t backend;               /* CHUNKSERVE_BACKEND_*; default CPU */
   const char* model_path;        /* directory with config.json + safetensors, or a llama .gguf
-                                    file, UTF-8, borrowed for the call; NULL or "": the built-in
-                                    tiny random-weight model
-                                    (vocab 1024), written to a temporary directory that the engine
-                                    removes when destroyed */
+                                    file, UTF-8, borrowed for the call. Required (version 2)
+                                    unless tiny_model. Version 1 callers (struct_size 56) and
+                                    options == NULL keep version 1's meaning: NULL or "" is the
+                                    built-in tiny model */
   uint64_t kv_cache_bytes;       /* KV cache size; must hold >= 2 chunks. 0: default 256 MiB */
   int32_t chunk_size;            /* tokens per KV chunk, 16..256. 0: default 64 */
   int32_t kv_dtype;              /* CHUNKSERVE_DTYPE_*; default F32 */
@@ -240,6 +242,12 @@ typedef struct chunkserve_engine_options {
   int32_t max_queued_requests;   /* submit fails with RESOURCE_EXHAUSTED beyond it. 0: default
                                     4096 */
   int32_t reserved0;             /* must be 0 */
+  /* Version 2. */
+  int32_t tiny_model;            /* 1: the built-in tiny random-weight model (vocab 1024; tests,
+                                    demos), written to a temporary directory that the engine
+                                    removes when destroyed; model_path must then be NULL or "".
+                                    0 (default): serve model_path */
+  int32_t reserved1;             /* must be 0 */
 } chunkserve_engine_options_t;
 
 /* Fills *options with the defaults and sets options->struct_size = struct_size. Pass
@@ -249,11 +257,13 @@ typedef struct chunkserve_engine_options {
 CHUNKSERVE_API chunkserve_status_t chunkserve_engine_options_init(
     chunkserve_engine_options_t* options, uint32_t struct_size, chunkserve_error_t** out_error);
 
-/* Creates an engine and starts its step thread. options may be NULL (all defaults). On success
+/* Creates an engine and starts its step thread. options may be NULL (version 1 defaults: the
+ * built-in tiny model). On success
  * *out_engine is a new engine the caller destroys with chunkserve_engine_destroy; on failure it is
  * set to NULL. Blocks while the model loads (the built-in tiny model is first written out: tens
  * of ms; a model directory is memory-mapped).
- * Errors: INVALID_ARGUMENT (NULL out_engine, bad struct_size or field), NOT_FOUND / DATA_LOSS
+ * Errors: INVALID_ARGUMENT (NULL out_engine, bad struct_size or field, no model_path without
+ * tiny_model), NOT_FOUND / DATA_LOSS
  * (model files), UNIMPLEMENTED (backend), UNAVAILABLE (I/O), RESOURCE_EXHAUSTED (memory). */
 CHUNKSERVE_API chunkserve_status_t chunkserve_engine_create(
     const chunkserve_engine_options_t* options, chunkserve_engine_t** out_engine,

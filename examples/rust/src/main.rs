@@ -19,7 +19,8 @@ fn main() -> Result<(), chunkserve::Error> {
         chunkserve::abi_version()
     );
     // No model_path: the built-in tiny model.
-    let engine = Engine::new(&EngineOptions::new().kv_cache_bytes(32 << 20).chunk_size(16))?;
+    // The built-in tiny model (random weights): the example needs no download.
+    let engine = Engine::new(&EngineOptions::new().tiny_model(true).kv_cache_bytes(32 << 20).chunk_size(16))?;
 
     let system: Vec<i32> = (0..SYSTEM_TOKENS)
         .map(|i| ((i * 29 + 3) % 1024) as i32)

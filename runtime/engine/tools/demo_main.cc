@@ -4,7 +4,8 @@
 // throughput, latency percentiles, peak KV memory and prefix-hit rate, and checks that greedy
 // outputs are identical in both runs.
 //
-//   chunkserve-demo                      built-in tiny model, defaults sized for ~1 minute on 2 cores
+//   chunkserve-demo --tiny-model         built-in tiny model (random weights), sized for ~1 minute
+//                                        on 2 cores
 //   chunkserve-demo --model DIR          a Llama-family model directory (config.json + safetensors)
 //                                        or a llama .gguf file; with tokenizer files the demo
 //                                        ends with a few readable answers
@@ -36,6 +37,7 @@ using chunkserve::engine::WorkloadReport;
 
 struct Flags {
   std::string model;
+  bool tiny = false;  // --tiny-model: random weights, asked for explicitly
   int requests = 96;
   double rate = 16.0;
   int max_new = 32;
@@ -56,7 +58,8 @@ struct Flags {
 
 void Usage() {
   std::cout <<
-      "usage: chunkserve-demo [--model DIR] [--requests N] [--rate REQ_PER_S] [--max-new N]\n"
+      "usage: chunkserve-demo (--model DIR|FILE.gguf | --tiny-model) [--requests N]\n"
+      "                       [--rate REQ_PER_S] [--max-new N]\n"
       "                       [--system-lengths A,B,...] [--suffix MIN,MAX] [--kv-cache-mb N]\n"
       "                       [--threads N] [--chunk N] [--budget TOKENS] [--max-batch N]\n"
       "                       [--sharing on|off|both] [--seed N] [--json] [--backend cpu|cuda]\n";
@@ -117,6 +120,7 @@ bool Parse(int argc, char** argv, Flags* f) {
     } else if (a == "--budget") { if (!num("--budget", &f->budget)) return false;
     } else if (a == "--max-batch") { if (!num("--max-batch", &f->max_batch)) return false;
     } else if (a == "--seed") { if (!num("--seed", &f->seed)) return false;
+    } else if (a == "--tiny-model") { f->tiny = true;
     } else if (a == "--json") { f->json = true;
     } else if (a == "--system-lengths" || a == "--suffix") {
       const char* v = next(a.c_str());
@@ -193,6 +197,7 @@ nlohmann::json ToJson(const Run& run, const Flags& f) {
 EngineOptions DemoEngineOptions(const Flags& f, bool sharing) {
   EngineOptions o;
   o.model_dir = f.model;
+  o.tiny_model = f.tiny;
   o.num_threads = f.threads;
   o.chunk_size = f.chunk;
   o.kv_cache_bytes = static_cast<uint64_t>(f.kv_cache_mb) << 20;
@@ -280,6 +285,15 @@ int PrintAnswers(const Flags& f) {
 int main(int argc, char** argv) {
   Flags f;
   if (!Parse(argc, argv, &f)) return 2;
+  if (f.model.empty() == !f.tiny) {
+    std::cerr << "chunkserve-demo: "
+              << (f.tiny ? "--model and --tiny-model exclude each other"
+                         : "no model: pass --model DIR|FILE.gguf, or --tiny-model for the "
+                           "built-in random-weight model")
+              << "\n";
+    Usage();
+    return 2;
+  }
   // A real model is a hundred times the tiny one: fewer requests keep the no-sharing run near a
   // minute on 2 cores, and a larger arena holds its bigger KV without preemption.
   if (!f.model.empty()) {

@@ -182,7 +182,7 @@ constants! {
 }
 
 structs! {
-    /// Engine options (version 1: 56 bytes).
+    /// Engine options (version 1: 56 bytes; version 2 adds tiny_model: 64 bytes).
     pub struct chunkserve_engine_options_t {
         pub struct_size: u32,
         pub backend: i32,
@@ -196,6 +196,9 @@ structs! {
         pub prefill_token_budget: i32,
         pub max_queued_requests: i32,
         pub reserved0: i32,
+        /// Since version 2 (0.4).
+        pub tiny_model: i32,
+        pub reserved1: i32,
     }
 
     /// Request options (version 1: 72 bytes; version 2 adds logprobs: 80 bytes).

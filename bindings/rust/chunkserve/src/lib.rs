@@ -3,7 +3,7 @@
 //! ```no_run
 //! use chunkserve::{Engine, EngineOptions, Request};
 //!
-//! let engine = Engine::new(&EngineOptions::new().kv_cache_bytes(64 << 20))?;
+//! let engine = Engine::new(&EngineOptions::new().model_path("/models/smollm2.gguf").kv_cache_bytes(64 << 20))?;
 //! let prompt = [1, 2, 3, 4];
 //! let mut stream = engine.submit(&Request::new(&prompt).max_new_tokens(8))?;
 //! for token in stream.by_ref() {
@@ -23,8 +23,8 @@
 //! [`Error`]) are `#[non_exhaustive]` too: a `match` needs a `_` arm, and new variants or fields
 //! are not breaking changes.
 //!
-//! An empty `EngineOptions::model_path` serves the built-in tiny random-weight model (vocab
-//! 1024). Handles free their C objects on drop. [`Engine`] is `Send + Sync` (the C engine handle
+//! A model is required: `EngineOptions::model_path`, or `tiny_model(true)` for the built-in tiny
+//! random-weight model (vocab 1024). Handles free their C objects on drop. [`Engine`] is `Send + Sync` (the C engine handle
 //! is thread-safe); [`Stream`] is `Send + Sync` too (its `&self` methods are thread-safe in C; its
 //! `&mut self` methods pull events). A stream may outlive its engine: it then ends with
 //! [`FinishReason::Unavailable`]. To cancel a stream that another thread is reading, call
@@ -252,8 +252,12 @@ pub enum ShutdownMode {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EngineOptions {
-    /// Directory with config.json and safetensors weights; None: the built-in tiny model.
+    /// Directory with config.json and safetensors weights, or a .gguf file; required unless
+    /// `tiny_model`.
     pub model_path: Option<PathBuf>,
+    /// The built-in tiny random-weight model (vocab 1024; tests, demos) instead of `model_path`.
+    /// Random weights are never a silent fallback.
+    pub tiny_model: bool,
     pub backend: Backend,
     /// KV cache size in bytes; 0: 256 MiB.
     pub kv_cache_bytes: u64,
@@ -276,6 +280,7 @@ impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
             model_path: None,
+            tiny_model: false,
             backend: Backend::Cpu,
             kv_cache_bytes: 0,
             chunk_size: 0,
@@ -304,7 +309,8 @@ macro_rules! setters {
 }
 
 impl EngineOptions {
-    /// The defaults: the built-in tiny model on the CPU, every size at its default.
+    /// The defaults: no model yet (set `model_path`, or `tiny_model`), the CPU, every size at its
+    /// default.
     pub fn new() -> Self {
         Self::default()
     }
@@ -317,6 +323,8 @@ impl EngineOptions {
     }
 
     setters! {
+        /// Sets [`EngineOptions::tiny_model`](#structfield.tiny_model).
+        tiny_model: bool,
         /// Sets [`EngineOptions::backend`](#structfield.backend).
         backend: Backend,
         /// Sets [`EngineOptions::kv_cache_bytes`](#structfield.kv_cache_bytes).
@@ -381,6 +389,7 @@ impl Engine {
             o.prefill_token_budget = options.prefill_token_budget;
         }
         o.max_queued_requests = options.max_queued_requests;
+        o.tiny_model = options.tiny_model as i32;
         let path = match &options.model_path {
             Some(p) => Some(CString::new(p.to_string_lossy().into_owned()).map_err(|_| {
                 Error::new(Code::InvalidArgument, "model_path contains a NUL byte")

@@ -40,6 +40,7 @@ fn start_worker_with(extra: &[&std::ffi::OsStr]) -> Worker {
     let mut child = Command::new(&bin)
         // 16-token chunks as common::options(), so in-process references compute the same way.
         .args([
+            "--tiny-model",
             "--listen",
             "127.0.0.1:0",
             "--threads",

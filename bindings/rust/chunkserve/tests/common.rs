@@ -13,6 +13,7 @@ pub fn options() -> EngineOptions {
         .chunk_size(16)
         .num_threads(1);
     options.model_path = std::env::var_os("CHUNKSERVE_TEST_MODEL_DIR").map(Into::into);
+    options.tiny_model = options.model_path.is_none();
     options
 }
 
