@@ -99,10 +99,17 @@ class EngineImpl final : public Engine {
 
   ~EngineImpl() override {
     Shutdown(ShutdownMode::kAbort);
-    if (owns_model_dir_) {
-      std::error_code ec;  // best effort: a leftover temp dir is harmless
-      std::filesystem::remove_all(model_.dir(), ec);
-    }
+    RemoveOwnedModelDir();
+  }
+
+  // Removes the temporary directory the built-in tiny model was written to, once every reader
+  // (this process's mappings, tensor-parallel ranks) has loaded it: the mapped files stay readable
+  // after the unlink, and a process killed later (tests SIGKILL workers) leaves nothing behind.
+  void RemoveOwnedModelDir() {
+    if (!owns_model_dir_) return;
+    owns_model_dir_ = false;
+    std::error_code ec;  // best effort
+    std::filesystem::remove_all(model_.dir(), ec);
   }
 
   Status Init() {
@@ -337,7 +344,7 @@ class EngineImpl final : public Engine {
 
   const EngineOptions options_;
   model::LoadedModel model_;
-  const bool owns_model_dir_;
+  bool owns_model_dir_;  // the tiny model's temporary directory, until RemoveOwnedModelDir
   int32_t num_slots_ = 0;
   std::filesystem::path stall_file_;  // test hook, see StalledForTesting
   std::unique_ptr<forward::StepRunner> runner_;
@@ -421,6 +428,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   auto engine = std::make_unique<EngineImpl>(options, std::move(loaded).value(),
                                              tiny && options.tiny_model_dir.empty());
   CHUNKSERVE_RETURN_IF_ERROR(engine->Init());
+  engine->RemoveOwnedModelDir();
   const EngineStats stats = engine->Stats();
   LOG(INFO) << "engine ready: " << (tiny ? std::string("built-in tiny model") : dir.string())
             << ", vocab " << engine->vocab_size() << ", context " << engine->max_context()

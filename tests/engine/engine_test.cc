@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <thread>
 
@@ -438,12 +440,24 @@ TEST(EngineCreateTest, RejectsBadOptionsAndModels) {
   EXPECT_THAT(Engine::Create(o), StatusIs(StatusCode::kInvalidArgument));
 }
 
-TEST(EngineCreateTest, BuiltInTinyModelServes) {
+// The tiny model is written to a temporary directory that is gone as soon as the engine has
+// loaded it (the weights stay mapped), so a process killed while serving leaves nothing behind.
+TEST(EngineCreateTest, BuiltInTinyModelServesAndLeavesNoFilesBehind) {
+  testing::TempDir tmp;
+  const char* saved = std::getenv("TMPDIR");
+  const std::string saved_value = saved != nullptr ? saved : "";
+  ASSERT_EQ(setenv("TMPDIR", tmp.path().c_str(), 1), 0);
   EngineOptions o;
   o.tiny_model = true;
   o.num_threads = 2;
   auto engine = Engine::Create(o);
+  if (saved != nullptr) {
+    setenv("TMPDIR", saved_value.c_str(), 1);
+  } else {
+    unsetenv("TMPDIR");
+  }
   ASSERT_OK(engine.status());
+  EXPECT_TRUE(std::filesystem::is_empty(tmp.path())) << "the tiny model's files outlived Create";
   RequestOptions r;
   r.prompt = {1, 2, 3};
   r.max_new_tokens = 2;
