@@ -289,8 +289,8 @@ Result<TensorView> SafetensorsFile::Get(std::string_view name) const {
   return *v;
 }
 
-Status WriteSafetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
-                        const std::map<std::string, std::string>& metadata) {
+Result<std::vector<std::byte>> EncodeSafetensors(
+    std::span<const TensorToWrite> tensors, const std::map<std::string, std::string>& metadata) {
   std::set<std::string_view> names;
   for (const TensorToWrite& t : tensors) {
     if (t.name.empty() || t.name == "__metadata__") {
@@ -338,19 +338,27 @@ Status WriteSafetensors(const std::filesystem::path& path, std::span<const Tenso
   }
   while ((8 + header.size()) % 8 != 0) header += ' ';
 
+  std::vector<std::byte> out;
+  size_t total = 8 + header.size();
+  for (const TensorToWrite& t : tensors) total += t.data.size();
+  out.reserve(total);
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>(header.size() >> (8 * i)));
+  const auto* h = reinterpret_cast<const std::byte*>(header.data());
+  out.insert(out.end(), h, h + header.size());
+  for (size_t i : order) out.insert(out.end(), tensors[i].data.begin(), tensors[i].data.end());
+  return out;
+}
+
+Status WriteSafetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
+                        const std::map<std::string, std::string>& metadata) {
+  CHUNKSERVE_ASSIGN_OR_RETURN(const std::vector<std::byte> bytes,
+                              EncodeSafetensors(tensors, metadata));
   const std::filesystem::path tmp = path.string() + ".tmp-" + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) return Status::Unavailable(tmp.string() + ": cannot create: " + ErrnoText(errno));
-    unsigned char length[8];
-    for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(header.size() >> (8 * i));
-    out.write(reinterpret_cast<const char*>(length), 8);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    for (size_t i : order) {
-      const std::span<const std::byte> data = tensors[i].data;
-      out.write(reinterpret_cast<const char*>(data.data()),
-                static_cast<std::streamsize>(data.size()));
-    }
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
     out.flush();
     if (!out) {
       const int err = errno;

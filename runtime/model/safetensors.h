@@ -123,12 +123,16 @@ struct TensorToWrite {
   std::span<const std::byte> data;
 };
 
-// Writes a safetensors file: the header (keys sorted, padded with spaces so the data section
+// A safetensors file's bytes: the header (keys sorted, padded with spaces so the data section
 // starts 8-byte aligned), then the tensors' bytes, stably ordered by decreasing element size so
-// every tensor is aligned to its element size. Writes `path` + ".tmp-<pid>" and renames it over
-// `path`, so a reader never maps a half-written file. InvalidArgument for duplicate, empty or
-// "__metadata__" names and for data whose size does not match the shape; Unavailable for I/O
-// errors.
+// every tensor is aligned to its element size. InvalidArgument for duplicate, empty or
+// "__metadata__" names, names or metadata that are not UTF-8, and data whose size does not match
+// the shape.
+Result<std::vector<std::byte>> EncodeSafetensors(
+    std::span<const TensorToWrite> tensors, const std::map<std::string, std::string>& metadata = {});
+
+// EncodeSafetensors into a file: writes `path` + ".tmp-<pid>" and renames it over `path`, so a
+// reader never maps a half-written file. Its errors, and Unavailable for I/O errors.
 Status WriteSafetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
                         const std::map<std::string, std::string>& metadata = {});
 

@@ -1,10 +1,12 @@
 // Fuzz target for the safetensors header parser: any bytes, as a whole file, must yield a Status
 // or a header whose every tensor lies inside the input. With clang this file is a libFuzzer target
-// (chunkserve-safetensors-fuzzer); with every compiler, safetensors_fuzz_replay_test.cc drives it
+// (chunkserve-safetensors-fuzzer); what parses must also re-encode to the same tensors (the
+// round-trip oracle). With every compiler, safetensors_fuzz_replay_test.cc drives it
 // over tests/model/fuzz_corpus/ and mutations of it under ASan and UBSan.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -34,11 +36,41 @@ void TouchTensors(std::span<const std::byte> file, const chunkserve::model::Safe
   chunkserve_fuzz_sink = sum;
 }
 
+// What parses re-encodes (EncodeSafetensors) to a file that parses to the same tensors -- names,
+// dtypes, shapes and bytes -- and metadata, whatever the original's order, gaps and padding.
+void RoundTrip(std::span<const std::byte> file, const chunkserve::model::SafetensorsHeader& h) {
+  using namespace chunkserve::model;
+  std::vector<TensorToWrite> tensors;
+  for (const auto& t : h.tensors) {
+    tensors.push_back({t.name, t.dtype, t.shape,
+                       file.subspan(h.data_offset() + t.begin, t.size_bytes())});
+  }
+  auto encoded = EncodeSafetensors(tensors, h.metadata);
+  if (!encoded.ok()) std::abort();
+  auto again = ParseSafetensorsHeader(*encoded, "re-encoded.safetensors");
+  if (!again.ok() || again->tensors.size() != h.tensors.size() || again->metadata != h.metadata) {
+    std::abort();
+  }
+  for (size_t i = 0; i < h.tensors.size(); ++i) {  // both sorted by name
+    const auto& a = h.tensors[i];
+    const auto& b = again->tensors[i];
+    if (a.name != b.name || a.dtype != b.dtype || a.shape != b.shape ||
+        a.size_bytes() != b.size_bytes() ||
+        std::memcmp(file.data() + h.data_offset() + a.begin,
+                    encoded->data() + again->data_offset() + b.begin, a.size_bytes()) != 0) {
+      std::abort();
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const std::byte> file(reinterpret_cast<const std::byte*>(data), size);
   auto header = chunkserve::model::ParseSafetensorsHeader(file, "fuzz.safetensors");
-  if (header.ok()) TouchTensors(file, *header);
+  if (header.ok()) {
+    TouchTensors(file, *header);
+    RoundTrip(file, *header);
+  }
   return 0;
 }
