@@ -247,6 +247,220 @@ Result<std::unique_ptr<WorkloadSource>> LoadJsonlTrace(const std::string& path, 
   return parsed;
 }
 
+int64_t PromptLength(const WorkloadRequest& r) {
+  return r.prompt.empty() ? r.prompt_length : static_cast<int64_t>(r.prompt.size());
+}
+
+namespace {
+
+uint64_t Mix64(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Block-hash trace requests; tokens synthesized on the way out when asked.
+class BlockTraceSource final : public WorkloadSource {
+ public:
+  BlockTraceSource(std::vector<WorkloadRequest> requests, const TraceOptions& o)
+      : requests_(std::move(requests)), o_(o) {}
+  std::optional<WorkloadRequest> Next() override {
+    if (next_ >= requests_.size()) return std::nullopt;
+    WorkloadRequest r = std::move(requests_[next_++]);
+    if (o_.synthesize_tokens) {
+      r.prompt = SynthesizeBlockTokens(r.block_ids, r.block_size, r.prompt_length, o_.vocab_size,
+                                       o_.seed);
+    }
+    return r;
+  }
+
+ private:
+  std::vector<WorkloadRequest> requests_;
+  TraceOptions o_;
+  size_t next_ = 0;
+};
+
+Status ValidateTraceOptions(const TraceOptions& o) {
+  auto bad = [](const std::string& m) { return Status::InvalidArgument("trace: " + m); };
+  if (o.block_size < 1 || o.block_size > (1 << 20)) return bad("block_size not in [1, 2^20]");
+  if (!(o.time_scale >= 0) || std::isinf(o.time_scale)) return bad("time_scale must be >= 0");
+  if (o.offset < 0) return bad("offset must be >= 0");
+  if (o.limit < 0) return bad("limit must be >= 0");
+  if (o.vocab_size < 2) return bad("vocab_size must be >= 2");
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<WorkloadSource>> ParseBlockTrace(std::string_view text,
+                                                        const TraceOptions& o) {
+  using Json = nlohmann::json;
+  constexpr int64_t kMaxTokens = int64_t{1} << 24;
+  std::vector<WorkloadRequest> out;
+  int64_t line_no = 0, records = 0;
+  double last_ts = -1, first_ts = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    if (o.limit > 0 && static_cast<int64_t>(out.size()) >= o.limit) break;
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    const std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    auto bad = [&](const std::string& m) {
+      return Status::InvalidArgument("trace line " + std::to_string(line_no) + ": " + m);
+    };
+    const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+    auto integer = [&](const char* key, int64_t lo, int64_t hi, int64_t& v) -> Status {
+      auto it = j.find(key);
+      if (it == j.end()) return bad(std::string("\"") + key + "\" missing");
+      if (it->is_number_integer()) {
+        v = it->get<int64_t>();
+      } else if (it->is_number_float() && std::isfinite(it->get<double>()) &&
+                 it->get<double>() == std::floor(it->get<double>()) &&
+                 std::fabs(it->get<double>()) < 9e15) {
+        v = static_cast<int64_t>(it->get<double>());
+      } else {
+        return bad(std::string("\"") + key + "\" is not an integer");
+      }
+      if (v < lo || v > hi) {
+        return bad(std::string("\"") + key + "\" = " + std::to_string(v) + " not in [" +
+                   std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      }
+      return Status::Ok();
+    };
+    double ts = 0;
+    {
+      auto it = j.find("timestamp");
+      if (it == j.end() || !it->is_number() || !std::isfinite(it->get<double>()) ||
+          it->get<double>() < 0) {
+        return bad("\"timestamp\" (ms) missing or not a number >= 0");
+      }
+      ts = it->get<double>();
+    }
+    if (ts < last_ts) return bad("\"timestamp\" decreases");
+    last_ts = ts;
+    int64_t input = 0, output = 0;
+    CHUNKSERVE_RETURN_IF_ERROR(integer("input_length", 1, kMaxTokens, input));
+    CHUNKSERVE_RETURN_IF_ERROR(integer("output_length", 0, kMaxTokens, output));
+    auto ids = j.find("hash_ids");
+    if (ids == j.end() || !ids->is_array()) return bad("\"hash_ids\" missing or not an array");
+    const int64_t blocks = (input + o.block_size - 1) / o.block_size;
+    if (static_cast<int64_t>(ids->size()) != blocks) {
+      return bad("input_length " + std::to_string(input) + " needs " + std::to_string(blocks) +
+                 " blocks of " + std::to_string(o.block_size) + " tokens, hash_ids has " +
+                 std::to_string(ids->size()) + " (wrong --block-size?)");
+    }
+    if (records++ < o.offset) continue;
+    WorkloadRequest r;
+    r.index = out.size();
+    if (out.empty()) first_ts = ts;
+    r.arrival_s = (ts - first_ts) / 1000.0 * o.time_scale;
+    r.prompt_length = input;
+    r.output_tokens = static_cast<int32_t>(std::max<int64_t>(1, output));
+    r.block_size = o.block_size;
+    r.block_ids.reserve(ids->size());
+    for (const Json& id : *ids) {
+      if (!id.is_number_integer() || (id.is_number_integer() && !id.is_number_unsigned() &&
+                                      id.get<int64_t>() < 0)) {
+        return bad("hash_ids holds something other than a non-negative integer");
+      }
+      r.block_ids.push_back(id.get<uint64_t>());
+    }
+    out.push_back(std::move(r));
+  }
+  return std::unique_ptr<WorkloadSource>(new BlockTraceSource(std::move(out), o));
+}
+
+bool IsBlockTrace(std::string_view text) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    const std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    return j.is_object() && j.contains("hash_ids");
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<WorkloadSource>> ParseTrace(std::string_view text, const TraceOptions& o) {
+  CHUNKSERVE_RETURN_IF_ERROR(ValidateTraceOptions(o));
+  if (IsBlockTrace(text)) return ParseBlockTrace(text, o);
+  CHUNKSERVE_ASSIGN_OR_RETURN(std::unique_ptr<WorkloadSource> all,
+                              ParseJsonlTrace(text, o.vocab_size, o.seed));
+  std::vector<WorkloadRequest> out;
+  int64_t n = 0;
+  double first = 0;
+  while (auto r = all->Next()) {
+    if (n++ < o.offset) continue;
+    if (o.limit > 0 && static_cast<int64_t>(out.size()) >= o.limit) break;
+    if (out.empty()) first = r->arrival_s;
+    r->arrival_s = (r->arrival_s - first) * o.time_scale;
+    r->index = out.size();
+    out.push_back(std::move(*r));
+  }
+  return std::unique_ptr<WorkloadSource>(new VectorSource(std::move(out)));
+}
+
+Result<std::unique_ptr<WorkloadSource>> LoadTrace(const std::string& path, const TraceOptions& o) {
+  std::ifstream f(path);
+  if (!f) return Status::NotFound("cannot open trace file '" + path + "'");
+  std::stringstream buf;
+  buf << f.rdbuf();
+  auto parsed = ParseTrace(buf.str(), o);
+  if (!parsed.ok()) return parsed.status().Annotate(path);
+  return parsed;
+}
+
+Result<std::vector<uint64_t>> BlockChunkHashes(uint64_t chain_seed, int32_t chunk_size,
+                                               int32_t block_size,
+                                               const std::vector<uint64_t>& block_ids,
+                                               int64_t prompt_tokens) {
+  if (chunk_size < 1 || block_size < 1 || prompt_tokens < 0) {
+    return Status::InvalidArgument("block hashes: chunk_size, block_size must be >= 1");
+  }
+  const int64_t chunks = prompt_tokens / chunk_size;
+  std::vector<uint64_t> out;
+  out.reserve(static_cast<size_t>(chunks));
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t end = (c + 1) * chunk_size;
+    const int64_t block = (end - 1) / block_size;
+    if (block >= static_cast<int64_t>(block_ids.size())) {
+      return Status::InvalidArgument("block hashes: " + std::to_string(block_ids.size()) +
+                                     " blocks of " + std::to_string(block_size) +
+                                     " tokens do not cover " + std::to_string(prompt_tokens) +
+                                     " prompt tokens");
+    }
+    const auto offset = static_cast<uint64_t>(end - block * block_size);
+    uint64_t h = Mix64(chain_seed ^ Mix64(block_ids[static_cast<size_t>(block)] +
+                                          0x9e3779b97f4a7c15ull) ^
+                       (offset * 0xd1b54a32d192ed03ull));
+    if (h == 0 || h == chain_seed) h = 1 + (h ^ 0x5bd1e995);  // keep clear of the seed and 0
+    out.push_back(h);
+  }
+  return out;
+}
+
+std::vector<TokenId> SynthesizeBlockTokens(const std::vector<uint64_t>& block_ids,
+                                           int32_t block_size, int64_t prompt_tokens,
+                                           int32_t vocab_size, uint64_t seed) {
+  std::vector<TokenId> t;
+  t.reserve(static_cast<size_t>(std::max<int64_t>(0, prompt_tokens)));
+  for (uint64_t id : block_ids) {
+    const int64_t left = prompt_tokens - static_cast<int64_t>(t.size());
+    if (left <= 0) break;
+    Rng rng(SeedFor(seed, 4, id));
+    AppendRandomTokens(rng, static_cast<int32_t>(std::min<int64_t>(left, block_size)), vocab_size,
+                       t);
+  }
+  return t;
+}
+
 std::string ToJsonlLine(const WorkloadRequest& r, bool with_tokens) {
   nlohmann::json j;
   j["arrival_s"] = r.arrival_s;

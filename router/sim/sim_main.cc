@@ -2,7 +2,8 @@
 //
 //   chunkserve-sim [--workers N] [--tenants T] [--requests R] [--rate RPS] [--zipf S]
 //                  [--policies ttft,round_robin,...|all] [--control] [--control-rate RPS]
-//                  [--trace FILE.jsonl]
+//                  [--trace FILE.jsonl] [--block-size N] [--time-scale X] [--offset N]
+//                  [--limit N]
 //                  [--seed S] [--kv-chunks C] [--batch B] [--prefill-rate TOK_PER_S]
 //                  [--kv-delay S] [--report-interval S] [--suffix MIN,MAX] [--output MIN,MAX]
 //                  [--spill-factor F] [--max-holders N] [--load-cap C] [--placement-slack S]
@@ -31,7 +32,8 @@ namespace sim = chunkserve::router::sim;
 constexpr const char* kUsage =
     "usage: chunkserve-sim [--workers N] [--tenants T] [--requests R] [--rate RPS] [--zipf S]\n"
     "                      [--policies a,b,..|all] [--control] [--control-rate RPS]\n"
-    "                      [--trace FILE.jsonl] [--seed S]\n"
+    "                      [--trace FILE.jsonl] [--block-size N] [--time-scale X]\n"
+    "                      [--offset N] [--limit N] [--seed S]\n"
     "                      [--kv-chunks C] [--batch B] [--prefill-rate TOK/S] [--kv-delay S]\n"
     "                      [--report-interval S] [--suffix MIN,MAX] [--output MIN,MAX]\n"
     "                      [--spill-factor F] [--max-holders N] [--load-cap C]\n"
@@ -45,6 +47,7 @@ struct Flags {
   bool control = false;
   double control_rate = 0;  // 0: same as --rate
   std::string trace;
+  router::TraceOptions trace_options;
   bool json = false;
   std::string json_out;
 };
@@ -132,6 +135,14 @@ Result<Flags> Parse(int argc, char** argv) {
             ParseRange(v, &f.workload.min_output_tokens, &f.workload.max_output_tokens));
       } else if (a == "--trace") {
         f.trace = v;
+      } else if (a == "--block-size") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.trace_options.block_size));
+      } else if (a == "--time-scale") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseDouble(v, &f.trace_options.time_scale));
+      } else if (a == "--offset") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.trace_options.offset));
+      } else if (a == "--limit") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.trace_options.limit));
       } else if (a == "--json-out") {
         f.json_out = v;
       } else if (a == "--policies") {
@@ -160,8 +171,10 @@ Result<std::vector<sim::SimReport>> RunAll(const Flags& f, bool shared) {
   for (router::PolicyKind kind : f.policies) {
     std::unique_ptr<router::WorkloadSource> source;
     if (!f.trace.empty()) {
-      CHUNKSERVE_ASSIGN_OR_RETURN(
-          source, router::LoadJsonlTrace(f.trace, f.workload.vocab_size, f.workload.seed));
+      router::TraceOptions t = f.trace_options;
+      t.vocab_size = f.workload.vocab_size;
+      t.seed = f.workload.seed;
+      CHUNKSERVE_ASSIGN_OR_RETURN(source, router::LoadTrace(f.trace, t));
     } else {
       router::WorkloadOptions w = f.workload;
       w.shared_prefixes = shared;

@@ -164,9 +164,20 @@ class Simulation {
     auto r = std::make_unique<Request>();
     r->id = next->index;
     r->arrival = next->arrival_s;
-    r->prompt_tokens = static_cast<int64_t>(next->prompt.size());
+    r->prompt_tokens = PromptLength(*next);
     r->output_tokens = std::max(1, next->output_tokens);
-    CHUNKSERVE_ASSIGN_OR_RETURN(r->chain, kv::FullChunkHashes(seed_, o_.chunk_size, next->prompt));
+    if (r->prompt_tokens < 1) {
+      return Status::InvalidArgument("sim: request " + std::to_string(r->id) + " has no prompt");
+    }
+    if (next->prompt.empty() && !next->block_ids.empty()) {
+      // A block-hash trace: the chain follows block identity, no tokens needed.
+      CHUNKSERVE_ASSIGN_OR_RETURN(r->chain,
+                                  BlockChunkHashes(seed_, o_.chunk_size, next->block_size,
+                                                   next->block_ids, r->prompt_tokens));
+    } else {
+      CHUNKSERVE_ASSIGN_OR_RETURN(r->chain,
+                                  kv::FullChunkHashes(seed_, o_.chunk_size, next->prompt));
+    }
     const int64_t total_chunks =
         (r->prompt_tokens + r->output_tokens + o_.chunk_size - 1) / o_.chunk_size;
     r->private_chunks = static_cast<int32_t>(total_chunks - static_cast<int64_t>(r->chain.size()));
