@@ -12,16 +12,26 @@ namespace chunkserve::router::sim {
 std::string FormatTable(const std::vector<SimReport>& reports) {
   std::ostringstream out;
   char line[512];
-  std::snprintf(line, sizeof(line), "%-22s %8s %9s %9s %9s %9s %9s %8s %6s %6s %7s\n", "policy",
-                "hit_rate", "ttft_mean", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99", "req/s",
-                "occup", "imbal", "precis");
+  auto frac = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  if (!reports.empty() && reports.front().oracle_affinity > 0) {
+    std::snprintf(line, sizeof(line),
+                  "oracles: infinite cache hit rate %.3f, perfect affinity (LRU, %s) %.3f\n",
+                  reports.front().oracle_infinite, "same capacity",
+                  reports.front().oracle_affinity);
+    out << line;
+  }
+  std::snprintf(line, sizeof(line), "%-22s %8s %6s %6s %9s %9s %9s %9s %9s %8s %6s %6s %7s\n",
+                "policy", "hit_rate", "/inf", "/aff", "ttft_mean", "ttft_p50", "ttft_p99",
+                "e2e_p50", "e2e_p99", "req/s", "occup", "imbal", "precis");
   out << line;
   for (const SimReport& r : reports) {
-    std::snprintf(line, sizeof(line),
-                  "%-22s %8.3f %8.3fs %8.3fs %8.3fs %8.2fs %8.2fs %8.2f %6.2f %6.2f %7.3f\n",
-                  r.policy.c_str(), r.hit_rate, r.ttft_s.mean, r.ttft_s.p50, r.ttft_s.p99,
-                  r.e2e_s.p50, r.e2e_s.p99, r.throughput_rps, r.batch_occupancy, r.load_imbalance,
-                  r.precision);
+    std::snprintf(
+        line, sizeof(line),
+        "%-22s %8.3f %5.0f%% %5.0f%% %8.3fs %8.3fs %8.3fs %8.2fs %8.2fs %8.2f %6.2f %6.2f %7.3f\n",
+        r.policy.c_str(), r.hit_rate, 100 * frac(r.hit_rate, r.oracle_infinite),
+        100 * frac(r.hit_rate, r.oracle_affinity), r.ttft_s.mean, r.ttft_s.p50, r.ttft_s.p99,
+        r.e2e_s.p50, r.e2e_s.p99, r.throughput_rps, r.batch_occupancy, r.load_imbalance,
+        r.precision);
     out << line;
   }
   return out.str();
@@ -45,6 +55,11 @@ std::string ToJson(const std::vector<SimReport>& reports) {
          {"prompt_tokens", r.prompt_tokens},
          {"cached_tokens", r.cached_tokens},
          {"hit_rate", r.hit_rate},
+         {"oracle",
+          {{"infinite_hit_rate", r.oracle_infinite},
+           {"affinity_hit_rate", r.oracle_affinity},
+           {"of_infinite", r.oracle_infinite > 0 ? r.hit_rate / r.oracle_infinite : 0},
+           {"of_affinity", r.oracle_affinity > 0 ? r.hit_rate / r.oracle_affinity : 0}}},
          {"ttft_s", {{"mean", r.ttft_s.mean}, {"p50", r.ttft_s.p50}, {"p99", r.ttft_s.p99}}},
          {"e2e_s", {{"mean", r.e2e_s.mean}, {"p50", r.e2e_s.p50}, {"p99", r.e2e_s.p99}}},
          {"makespan_s", r.makespan_s},

@@ -166,24 +166,37 @@ Result<Flags> Parse(int argc, char** argv) {
   return f;
 }
 
+Result<std::unique_ptr<router::WorkloadSource>> MakeSource(const Flags& f, bool shared) {
+  std::unique_ptr<router::WorkloadSource> source;
+  if (!f.trace.empty()) {
+    router::TraceOptions t = f.trace_options;
+    t.vocab_size = f.workload.vocab_size;
+    t.seed = f.workload.seed;
+    CHUNKSERVE_ASSIGN_OR_RETURN(source, router::LoadTrace(f.trace, t));
+  } else {
+    router::WorkloadOptions w = f.workload;
+    w.shared_prefixes = shared;
+    if (!shared && f.control_rate > 0) w.arrival_rate = f.control_rate;
+    CHUNKSERVE_ASSIGN_OR_RETURN(source, router::MakeSyntheticWorkload(w));
+  }
+  return source;
+}
+
 Result<std::vector<sim::SimReport>> RunAll(const Flags& f, bool shared) {
   std::vector<sim::SimReport> out;
+  // The oracles depend on the workload only: once per workload, printed beside every policy.
+  CHUNKSERVE_ASSIGN_OR_RETURN(std::unique_ptr<router::WorkloadSource> oracle_source,
+                              MakeSource(f, shared));
+  CHUNKSERVE_ASSIGN_OR_RETURN(sim::OracleReport oracle,
+                              sim::ComputeOracles(f.sim, *oracle_source));
   for (router::PolicyKind kind : f.policies) {
-    std::unique_ptr<router::WorkloadSource> source;
-    if (!f.trace.empty()) {
-      router::TraceOptions t = f.trace_options;
-      t.vocab_size = f.workload.vocab_size;
-      t.seed = f.workload.seed;
-      CHUNKSERVE_ASSIGN_OR_RETURN(source, router::LoadTrace(f.trace, t));
-    } else {
-      router::WorkloadOptions w = f.workload;
-      w.shared_prefixes = shared;
-      if (!shared && f.control_rate > 0) w.arrival_rate = f.control_rate;
-      CHUNKSERVE_ASSIGN_OR_RETURN(source, router::MakeSyntheticWorkload(w));
-    }
+    CHUNKSERVE_ASSIGN_OR_RETURN(std::unique_ptr<router::WorkloadSource> source,
+                                MakeSource(f, shared));
     sim::SimOptions o = f.sim;
     o.router.policy_kind = kind;
     CHUNKSERVE_ASSIGN_OR_RETURN(sim::SimReport r, sim::RunSimulation(o, *source));
+    r.oracle_infinite = oracle.infinite_hit_rate;
+    r.oracle_affinity = oracle.affinity_hit_rate;
     out.push_back(std::move(r));
   }
   return out;

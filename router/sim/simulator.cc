@@ -169,15 +169,7 @@ class Simulation {
     if (r->prompt_tokens < 1) {
       return Status::InvalidArgument("sim: request " + std::to_string(r->id) + " has no prompt");
     }
-    if (next->prompt.empty() && !next->block_ids.empty()) {
-      // A block-hash trace: the chain follows block identity, no tokens needed.
-      CHUNKSERVE_ASSIGN_OR_RETURN(r->chain,
-                                  BlockChunkHashes(seed_, o_.chunk_size, next->block_size,
-                                                   next->block_ids, r->prompt_tokens));
-    } else {
-      CHUNKSERVE_ASSIGN_OR_RETURN(r->chain,
-                                  kv::FullChunkHashes(seed_, o_.chunk_size, next->prompt));
-    }
+    CHUNKSERVE_ASSIGN_OR_RETURN(r->chain, RequestChain(*next, seed_, o_.chunk_size));
     const int64_t total_chunks =
         (r->prompt_tokens + r->output_tokens + o_.chunk_size - 1) / o_.chunk_size;
     r->private_chunks = static_cast<int32_t>(total_chunks - static_cast<int64_t>(r->chain.size()));
@@ -460,6 +452,15 @@ Status Validate(const SimOptions& o) {
 }
 
 }  // namespace
+
+Result<std::vector<uint64_t>> RequestChain(const WorkloadRequest& r, uint64_t chain_seed,
+                                           int32_t chunk_size) {
+  if (r.prompt.empty() && !r.block_ids.empty()) {
+    // A block-hash trace: the chain follows block identity, no tokens needed.
+    return BlockChunkHashes(chain_seed, chunk_size, r.block_size, r.block_ids, r.prompt_length);
+  }
+  return kv::FullChunkHashes(chain_seed, chunk_size, r.prompt);
+}
 
 Result<SimReport> RunSimulation(const SimOptions& options, WorkloadSource& source) {
   CHUNKSERVE_RETURN_IF_ERROR(Validate(options));

@@ -87,7 +87,36 @@ struct SimReport {
   uint64_t index_bytes = 0;                 // router index bytes at the end
   std::vector<int64_t> reasons;             // decisions per DecisionReason value
   std::vector<double> ttft_mean_by_reason;  // mean TTFT (s) of the requests of each reason
+  // Filled by the caller (ComputeOracles on the same workload), 0 when not computed.
+  double oracle_infinite = 0;
+  double oracle_affinity = 0;
 };
+
+// Reference hit rates of a workload, independent of any policy and of timing (printed beside
+// every policy's result):
+//  - infinite: one cache of unlimited size that every request reaches: a request hits the
+//    longest prefix of its chain that any earlier request had (at most prompt - 1 tokens).
+//  - affinity ("perfect affinity"): num_workers caches of kv_capacity_chunks chunks each, LRU
+//    (a served request's chain becomes most recent, its root last); every request goes to the
+//    worker with the longest cached prefix, known exactly and at once, among the workers whose
+//    prefill work so far (uncached tokens) is at most affinity_slack x the mean plus this
+//    request's prompt -- so a prefix shared by all traffic cannot pull everything onto one
+//    worker; ties and new prefixes go by rendezvous hashing on the first chunk. It is a strong
+//    reference, not a proven bound: a policy may exceed it.
+struct OracleReport {
+  uint64_t prompt_tokens = 0;
+  uint64_t infinite_cached_tokens = 0;
+  uint64_t affinity_cached_tokens = 0;
+  double infinite_hit_rate = 0;
+  double affinity_hit_rate = 0;
+};
+Result<OracleReport> ComputeOracles(const SimOptions& options, WorkloadSource& source,
+                                    double affinity_slack = 1.25);
+
+// The chunk hash chain the simulator uses for a request (real hashes of its tokens, or the
+// block-id derived chain of a block-hash trace request).
+Result<std::vector<uint64_t>> RequestChain(const WorkloadRequest& request, uint64_t chain_seed,
+                                           int32_t chunk_size);
 
 // Runs one policy over the workload `source` (consumed). InvalidArgument for bad options; a
 // request that can never fit a worker's KV cache is an error too (the workload is too long).
