@@ -38,7 +38,8 @@ constexpr const char* kUsage =
     "                      [--report-interval S] [--suffix MIN,MAX] [--output MIN,MAX]\n"
     "                      [--spill-factor F] [--max-holders N] [--load-cap C]\n"
     "                      [--placement-slack S]\n"
-    "                      [--json] [--json-out FILE]\n";
+    "                      [--json] [--json-out FILE] [--log FILE.jsonl] [--per-worker]\n"
+    "                      [--quiet]\n";
 
 struct Flags {
   sim::SimOptions sim;
@@ -50,6 +51,8 @@ struct Flags {
   router::TraceOptions trace_options;
   bool json = false;
   std::string json_out;
+  std::string log;
+  bool per_worker = false;
 };
 
 Status ParseDouble(const std::string& s, double* out) {
@@ -80,6 +83,7 @@ Status ParseRange(const std::string& s, int32_t* lo, int32_t* hi) {
 
 Result<Flags> Parse(int argc, char** argv) {
   Flags f;
+  f.sim.progress = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> Result<std::string> {
@@ -90,6 +94,10 @@ Result<Flags> Parse(int argc, char** argv) {
       f.control = true;
     } else if (a == "--json") {
       f.json = true;
+    } else if (a == "--per-worker") {
+      f.per_worker = true;
+    } else if (a == "--quiet") {
+      f.sim.progress = false;
     } else if (a == "--help" || a == "-h") {
       return Status::Cancelled("help");
     } else {
@@ -145,6 +153,8 @@ Result<Flags> Parse(int argc, char** argv) {
         CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.trace_options.limit));
       } else if (a == "--json-out") {
         f.json_out = v;
+      } else if (a == "--log") {
+        f.log = v;
       } else if (a == "--policies") {
         if (v != "all") {
           f.policies.clear();
@@ -230,10 +240,20 @@ int main(int argc, char** argv) {
       {"max_batch_size", f.sim.worker.max_batch_size},
       {"prefill_tokens_per_s", f.sim.worker.prefill_tokens_per_s},
       {"kv_event_delay_s", f.sim.kv_event_delay_s}};
+  FILE* log = nullptr;
+  if (!f.log.empty()) {
+    log = std::fopen(f.log.c_str(), "w");
+    if (log == nullptr) {
+      std::cerr << "chunkserve-sim: cannot write " << f.log << "\n";
+      return 1;
+    }
+  }
   std::vector<std::pair<std::string, bool>> runs = {{"shared", true}};
   if (f.control) runs.emplace_back("control", false);
   for (const auto& [label, shared] : runs) {
-    Result<std::vector<sim::SimReport>> reports = RunAll(f, shared);
+    Flags run_flags = f;
+    run_flags.sim.log = log;
+    Result<std::vector<sim::SimReport>> reports = RunAll(run_flags, shared);
     if (!reports.ok()) {
       std::cerr << "chunkserve-sim: " << reports.status() << "\n";
       return 1;
@@ -252,7 +272,16 @@ int main(int argc, char** argv) {
                     static_cast<long long>(reports->empty() ? 0 : reports->front().requests));
       }
       std::printf("%s\n", sim::FormatTable(*reports).c_str());
+      if (f.per_worker) {
+        for (const sim::SimReport& r : *reports) {
+          std::printf("%s\n", sim::FormatWorkerTable(r).c_str());
+        }
+      }
     }
+  }
+  if (log != nullptr && std::fclose(log) != 0) {
+    std::cerr << "chunkserve-sim: cannot write " << f.log << "\n";
+    return 1;
   }
   if (f.json) std::cout << all.dump(2) << "\n";
   if (!f.json_out.empty()) {

@@ -33,6 +33,7 @@
 #define CHUNKSERVE_ROUTER_SIM_SIMULATOR_H_
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -60,6 +61,19 @@ struct SimOptions {
   double load_report_interval_s = 0.1;
   RouterCoreOptions router;             // policy_kind chooses the policy under test
   uint64_t model_fingerprint = 0x5151;  // only seeds the chunk hash chain
+  // Observability (none changes the simulated outcome):
+  FILE* log = nullptr;    // one JSON line per finished request (see RunSimulation)
+  bool progress = false;  // a progress line on stderr every ~2 s of wall time, and at the end
+};
+
+struct SimWorkerStats {
+  int64_t requests = 0;  // routed to this worker
+  uint64_t prompt_tokens = 0;
+  uint64_t cached_tokens = 0;
+  double work_s = 0;  // prefill + decode compute seconds
+  double busy_s = 0;  // stepping, step overhead included
+  uint64_t evictions = 0;
+  int64_t max_queue = 0;  // longest waiting queue seen
 };
 
 struct LatencySummary {
@@ -87,6 +101,11 @@ struct SimReport {
   uint64_t index_bytes = 0;                 // router index bytes at the end
   std::vector<int64_t> reasons;             // decisions per DecisionReason value
   std::vector<double> ttft_mean_by_reason;  // mean TTFT (s) of the requests of each reason
+  std::vector<SimWorkerStats> workers;      // per worker, by index
+  uint64_t events = 0;                      // discrete events processed
+  double cpu_s = 0;                         // CPU seconds of the run (std::clock)
+  double events_per_cpu_s = 0;
+  double requests_per_cpu_s = 0;
   // Filled by the caller (ComputeOracles on the same workload), 0 when not computed.
   double oracle_infinite = 0;
   double oracle_affinity = 0;
@@ -118,13 +137,18 @@ Result<OracleReport> ComputeOracles(const SimOptions& options, WorkloadSource& s
 Result<std::vector<uint64_t>> RequestChain(const WorkloadRequest& request, uint64_t chain_seed,
                                            int32_t chunk_size);
 
-// Runs one policy over the workload `source` (consumed). InvalidArgument for bad options; a
+// Runs one policy over the workload `source` (consumed). With options.log, each finished request
+// writes {"policy", "id", "arrival_s", "worker", "reason", "prompt_tokens",
+// "predicted_cached_tokens", "cached_tokens", "ttft_s", "first_token_s", "end_s",
+// "output_tokens"} as one line (times in simulated seconds since the start). InvalidArgument for bad options; a
 // request that can never fit a worker's KV cache is an error too (the workload is too long).
 Result<SimReport> RunSimulation(const SimOptions& options, WorkloadSource& source);
 
 // Renders reports as an aligned text table / a JSON array.
 std::string FormatTable(const std::vector<SimReport>& reports);
 std::string ToJson(const std::vector<SimReport>& reports);
+// One report's per-worker figures as a text table.
+std::string FormatWorkerTable(const SimReport& report);
 
 }  // namespace chunkserve::router::sim
 
