@@ -99,6 +99,130 @@ class SyntheticSource final : public WorkloadSource {
   double now_ = 0;
 };
 
+std::vector<double> ZipfCdf(int32_t n, double s) {
+  std::vector<double> cdf;
+  double sum = 0;
+  for (int32_t k = 0; k < n; ++k) {
+    sum += 1.0 / std::pow(static_cast<double>(k + 1), s);
+    cdf.push_back(sum);
+  }
+  for (double& c : cdf) c /= sum;
+  return cdf;
+}
+
+int32_t ZipfPick(const std::vector<double>& cdf, double u) {
+  return static_cast<int32_t>(std::min<ptrdiff_t>(
+      std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin(),
+      static_cast<ptrdiff_t>(cdf.size()) - 1));
+}
+
+// multi_turn and agent (workload.h, WorkloadFamily).
+class ConversationSource final : public WorkloadSource {
+ public:
+  explicit ConversationSource(const WorkloadOptions& o)
+      : o_(o),
+        rng_(SeedFor(o.seed, 5, 0)),
+        lengths_(TenantPrefixLengths(o)),
+        cdf_(ZipfCdf(o.tenants, o.zipf_s)),
+        prefixes_(static_cast<size_t>(o.tenants)) {}
+
+  std::optional<WorkloadRequest> Next() override {
+    if (next_ >= o_.num_requests) return std::nullopt;
+    WorkloadRequest r;
+    r.index = static_cast<uint64_t>(next_++);
+    now_ += rng_.Exponential(o_.arrival_rate);
+    r.arrival_s = now_;
+    const double p_new = 2.0 / (o_.min_turns + o_.max_turns);
+    const auto message =
+        static_cast<int32_t>(rng_.UniformInt(o_.min_suffix_tokens, o_.max_suffix_tokens));
+    r.output_tokens =
+        static_cast<int32_t>(rng_.UniformInt(o_.min_output_tokens, o_.max_output_tokens));
+    size_t c = active_.size();
+    if (!active_.empty() && (static_cast<int32_t>(active_.size()) >= o_.active_conversations ||
+                             rng_.Uniform01() >= p_new)) {
+      c = static_cast<size_t>(rng_.UniformInt(0, static_cast<int64_t>(active_.size()) - 1));
+      if (static_cast<int64_t>(active_[c].tokens.size()) + message > o_.max_prompt_tokens) {
+        End(c);  // too long to go on: this arrival starts a new conversation instead
+        c = active_.size();
+      }
+    }
+    if (c == active_.size()) {
+      Conversation conv;
+      conv.turns_left = static_cast<int32_t>(rng_.UniformInt(o_.min_turns, o_.max_turns));
+      if (o_.family == WorkloadFamily::kMultiTurn) {
+        conv.tenant = 0;
+        if (system_.empty()) {
+          system_ = PrefixTokens(o_.seed, 0, o_.system_tokens, o_.vocab_size);
+        }
+        conv.tokens = system_;
+      } else {
+        conv.tenant = ZipfPick(cdf_, rng_.Uniform01());
+        auto& p = prefixes_[static_cast<size_t>(conv.tenant)];
+        if (p.empty()) {
+          p = PrefixTokens(o_.seed, conv.tenant, lengths_[static_cast<size_t>(conv.tenant)],
+                           o_.vocab_size);
+        }
+        conv.tokens = p;
+      }
+      conv.prefix_tokens = static_cast<int32_t>(conv.tokens.size());
+      active_.push_back(std::move(conv));
+    }
+    Conversation& conv = active_[c];
+    AppendRandomTokens(rng_, message, o_.vocab_size, conv.tokens);
+    r.tenant = conv.tenant;
+    r.prefix_tokens = conv.prefix_tokens;
+    r.prompt = conv.tokens;
+    // The answer becomes part of the next turn's prompt.
+    AppendRandomTokens(rng_, r.output_tokens, o_.vocab_size, conv.tokens);
+    if (--conv.turns_left == 0) End(c);
+    return r;
+  }
+
+ private:
+  struct Conversation {
+    std::vector<TokenId> tokens;  // the next turn's prompt so far
+    int32_t tenant = 0;
+    int32_t prefix_tokens = 0;
+    int32_t turns_left = 1;
+  };
+  void End(size_t c) {
+    std::swap(active_[c], active_.back());
+    active_.pop_back();
+  }
+
+  WorkloadOptions o_;
+  Rng rng_;
+  std::vector<int32_t> lengths_;
+  std::vector<double> cdf_;
+  std::vector<std::vector<TokenId>> prefixes_;
+  std::vector<TokenId> system_;
+  std::vector<Conversation> active_;
+  int64_t next_ = 0;
+  double now_ = 0;
+};
+
+// The negative control of a family: same lengths and arrivals, every token fresh.
+class FreshTokensSource final : public WorkloadSource {
+ public:
+  FreshTokensSource(std::unique_ptr<WorkloadSource> inner, const WorkloadOptions& o)
+      : inner_(std::move(inner)), rng_(SeedFor(o.seed, 6, 0)), vocab_(o.vocab_size) {}
+  std::optional<WorkloadRequest> Next() override {
+    std::optional<WorkloadRequest> r = inner_->Next();
+    if (!r) return r;
+    const auto n = static_cast<int32_t>(r->prompt.size());
+    r->prompt.clear();
+    AppendRandomTokens(rng_, n, vocab_, r->prompt);
+    r->tenant = -1;
+    r->prefix_tokens = 0;
+    return r;
+  }
+
+ private:
+  std::unique_ptr<WorkloadSource> inner_;
+  Rng rng_;
+  int32_t vocab_;
+};
+
 class VectorSource final : public WorkloadSource {
  public:
   explicit VectorSource(std::vector<WorkloadRequest> requests) : requests_(std::move(requests)) {}
@@ -135,6 +259,24 @@ Status Validate(const WorkloadOptions& o) {
     return bad("prompts longer than 16M tokens");
   }
   if (o.vocab_size < 2) return bad("vocab_size must be >= 2");
+  if (o.family == WorkloadFamily::kMultiTurn || o.family == WorkloadFamily::kAgent) {
+    if (o.min_turns < 1 || o.max_turns < o.min_turns) {
+      return bad("need 1 <= min_turns <= max_turns");
+    }
+    if (o.active_conversations < 1) return bad("active_conversations must be >= 1");
+    if (o.max_prompt_tokens > (1 << 24)) return bad("max_prompt_tokens > 16M");
+    const int64_t first =
+        (o.family == WorkloadFamily::kMultiTurn ? int64_t{o.system_tokens}
+                                                : int64_t{o.max_prefix_tokens}) +
+        o.max_suffix_tokens;
+    if (o.family == WorkloadFamily::kMultiTurn && o.system_tokens < 1) {
+      return bad("system_tokens must be >= 1");
+    }
+    if (first > o.max_prompt_tokens) {
+      return bad("a first turn (" + std::to_string(first) + " tokens) exceeds max_prompt_tokens " +
+                 std::to_string(o.max_prompt_tokens));
+    }
+  }
   return Status::Ok();
 }
 
@@ -156,7 +298,89 @@ std::vector<int32_t> TenantPrefixLengths(const WorkloadOptions& o) {
 
 Result<std::unique_ptr<WorkloadSource>> MakeSyntheticWorkload(const WorkloadOptions& options) {
   CHUNKSERVE_RETURN_IF_ERROR(Validate(options));
-  return std::unique_ptr<WorkloadSource>(new SyntheticSource(options));
+  switch (options.family) {
+    case WorkloadFamily::kMultiTenant:
+    case WorkloadFamily::kLongDoc:  // the same generator, huge prefixes (ForFamily)
+      return std::unique_ptr<WorkloadSource>(new SyntheticSource(options));
+    case WorkloadFamily::kMultiTurn:
+    case WorkloadFamily::kAgent: {
+      std::unique_ptr<WorkloadSource> source(new ConversationSource(options));
+      if (!options.shared_prefixes) {
+        source = std::make_unique<FreshTokensSource>(std::move(source), options);
+      }
+      return source;
+    }
+  }
+  return Status::InvalidArgument("workload: unknown family");
+}
+
+std::string_view WorkloadFamilyName(WorkloadFamily f) {
+  switch (f) {
+    case WorkloadFamily::kMultiTenant: return "multi_tenant";
+    case WorkloadFamily::kMultiTurn: return "multi_turn";
+    case WorkloadFamily::kAgent: return "agent";
+    case WorkloadFamily::kLongDoc: return "long_doc";
+  }
+  return "unknown";
+}
+
+std::vector<WorkloadFamily> AllWorkloadFamilies() {
+  return {WorkloadFamily::kMultiTenant, WorkloadFamily::kMultiTurn, WorkloadFamily::kAgent,
+          WorkloadFamily::kLongDoc};
+}
+
+Result<WorkloadFamily> ParseWorkloadFamily(std::string_view name) {
+  for (WorkloadFamily f : AllWorkloadFamilies()) {
+    if (WorkloadFamilyName(f) == name) return f;
+  }
+  return Status::InvalidArgument("unknown workload '" + std::string(name) +
+                                 "' (multi_tenant, multi_turn, agent, long_doc)");
+}
+
+WorkloadOptions ForFamily(WorkloadFamily family) {
+  WorkloadOptions o;
+  o.family = family;
+  switch (family) {
+    case WorkloadFamily::kMultiTenant:
+      break;
+    case WorkloadFamily::kMultiTurn:
+      o.tenants = 1;
+      o.system_tokens = 256;
+      o.min_suffix_tokens = 64;
+      o.max_suffix_tokens = 1024;
+      o.min_output_tokens = 64;
+      o.max_output_tokens = 512;
+      o.min_turns = 2;
+      o.max_turns = 12;
+      o.max_prompt_tokens = 32768;
+      o.active_conversations = 256;
+      break;
+    case WorkloadFamily::kAgent:
+      o.tenants = 8;
+      o.prefix_length_bases = {8000, 12000, 6000, 10000};
+      o.min_prefix_tokens = 2000;
+      o.max_prefix_tokens = 16000;
+      o.min_suffix_tokens = 32;
+      o.max_suffix_tokens = 256;
+      o.min_output_tokens = 16;
+      o.max_output_tokens = 128;
+      o.min_turns = 8;
+      o.max_turns = 40;
+      o.max_prompt_tokens = 65536;
+      o.active_conversations = 256;
+      break;
+    case WorkloadFamily::kLongDoc:
+      o.tenants = 8;
+      o.prefix_length_bases = {80000};
+      o.min_prefix_tokens = 16000;
+      o.max_prefix_tokens = 120000;
+      o.min_suffix_tokens = 32;
+      o.max_suffix_tokens = 512;
+      o.min_output_tokens = 32;
+      o.max_output_tokens = 256;
+      break;
+  }
+  return o;
 }
 
 Result<std::unique_ptr<WorkloadSource>> ParseJsonlTrace(std::string_view text, int32_t vocab_size,

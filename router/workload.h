@@ -59,7 +59,29 @@ class Rng {
   uint64_t state_;
 };
 
+// Workload families (WorkloadOptions::family; `--workload NAME` in chunkserve-sim and
+// chunkserve-loadgen). ForFamily gives each its default shape; every option below still applies.
+//  - multi_tenant: the synthetic multi-tenant workload above.
+//  - multi_turn: conversations behind one short system prompt shared by all (system_tokens).
+//    Up to active_conversations run at once; each arrival starts a new conversation with
+//    probability 1 / mean turns (while fewer are active) or continues a uniformly chosen active
+//    one. A turn's prompt is the previous turn's prompt + its answer (output_tokens synthesized
+//    tokens) + a new message (suffix range); a conversation ends after its turn count
+//    (uniform in [min_turns, max_turns]) or when the next prompt would pass max_prompt_tokens.
+//  - agent: the same conversation mechanics behind long tool definitions (one of `tenants`
+//    tool sets, prefix lengths as for tenants, Zipf): many turns, each a short tool result and
+//    a short answer.
+//  - long_doc: a few (`tenants`) huge documents (prefix lengths, up to 120k tokens by default),
+//    Zipf popularity; each request is a document + a short unique question.
+// The negative control (shared_prefixes = false) keeps every length and arrival of a family
+// and replaces every prompt token with a fresh one.
+enum class WorkloadFamily : int32_t { kMultiTenant, kMultiTurn, kAgent, kLongDoc };
+std::string_view WorkloadFamilyName(WorkloadFamily family);
+Result<WorkloadFamily> ParseWorkloadFamily(std::string_view name);
+std::vector<WorkloadFamily> AllWorkloadFamilies();
+
 struct WorkloadOptions {
+  WorkloadFamily family = WorkloadFamily::kMultiTenant;
   int64_t num_requests = 1000;
   int32_t tenants = 64;
   double zipf_s = 1.0;       // tenant popularity: P(tenant k) ~ 1 / (k + 1)^s; 0 = uniform
@@ -76,7 +98,16 @@ struct WorkloadOptions {
   bool shared_prefixes = true;  // false: negative control (no two prompts share a token run)
   int32_t vocab_size = 32000;
   uint64_t seed = 1;
+  // multi_turn / agent.
+  int32_t system_tokens = 256;  // multi_turn: the system prompt every conversation starts with
+  int32_t min_turns = 2;
+  int32_t max_turns = 12;
+  int32_t max_prompt_tokens = 32768;  // a conversation ends before its prompt passes this
+  int32_t active_conversations = 256;
 };
+
+// The default options of a family (see WorkloadFamily).
+WorkloadOptions ForFamily(WorkloadFamily family);
 
 struct WorkloadRequest {
   uint64_t index = 0;         // 0, 1, 2, ... in arrival order
@@ -129,7 +160,16 @@ struct TraceOptions {
   bool synthesize_tokens = false;  // block-hash requests get real prompt tokens (loadgen)
   int32_t vocab_size = 32000;
   uint64_t seed = 1;
+  // multi_turn / agent.
+  int32_t system_tokens = 256;  // multi_turn: the system prompt every conversation starts with
+  int32_t min_turns = 2;
+  int32_t max_turns = 12;
+  int32_t max_prompt_tokens = 32768;  // a conversation ends before its prompt passes this
+  int32_t active_conversations = 256;
 };
+
+// The default options of a family (see WorkloadFamily).
+WorkloadOptions ForFamily(WorkloadFamily family);
 Result<std::unique_ptr<WorkloadSource>> LoadTrace(const std::string& path,
                                                   const TraceOptions& options);
 Result<std::unique_ptr<WorkloadSource>> ParseTrace(std::string_view text,

@@ -284,6 +284,8 @@ bool ParseIntList(const std::string& s, std::vector<int32_t>* out) {
 
 constexpr char kUsage[] =
     "usage: chunkserve-loadgen --target HOST:PORT [--metrics HOST:PORT] [--trace FILE.jsonl]\n"
+    "         [--workload multi_tenant|multi_turn|agent|long_doc] [--turns MIN,MAX]\n"
+    "         [--max-prompt N] [--system-tokens N]\n"
     "         [--block-size N] [--time-scale X] [--offset N] [--limit N]\n"
     "         [--requests N] [--rate R] [--tenants T] [--zipf S] [--prefix-tokens A,B,..]\n"
     "         [--suffix-tokens MIN,MAX] [--output-tokens MIN,MAX] [--vocab N] [--seed N]\n"
@@ -291,6 +293,16 @@ constexpr char kUsage[] =
 
 int Main(int argc, char** argv) {
   Options o;
+  // --workload first: its defaults, then every other flag overrides them.
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) != "--workload") continue;
+    Result<WorkloadFamily> family = ParseWorkloadFamily(argv[i + 1]);
+    if (!family.ok()) {
+      std::fprintf(stderr, "%s\n%s", family.status().ToString().c_str(), kUsage);
+      return 2;
+    }
+    o.workload = ForFamily(*family);
+  }
   o.workload.vocab_size = 1024;  // the built-in tiny model
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -310,7 +322,21 @@ int Main(int argc, char** argv) {
     char* end = nullptr;
     bool ok = true;
     std::vector<int32_t> list;
-    if (flag == "--target") {
+    if (flag == "--workload") {
+      // applied above
+    } else if (flag == "--turns") {
+      ok = ParseIntList(v, &list) && list.size() == 2 && list[0] <= list[1];
+      if (ok) {
+        o.workload.min_turns = list[0];
+        o.workload.max_turns = list[1];
+      }
+    } else if (flag == "--max-prompt") {
+      o.workload.max_prompt_tokens = static_cast<int32_t>(std::strtol(v.c_str(), &end, 10));
+      ok = *end == '\0' && o.workload.max_prompt_tokens > 0;
+    } else if (flag == "--system-tokens") {
+      o.workload.system_tokens = static_cast<int32_t>(std::strtol(v.c_str(), &end, 10));
+      ok = *end == '\0' && o.workload.system_tokens > 0;
+    } else if (flag == "--target") {
       ok = SplitHostPort(v, &o.host, &o.port);
     } else if (flag == "--metrics") {
       ok = SplitHostPort(v, &o.http_host, &o.http_port);

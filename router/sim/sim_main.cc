@@ -1,6 +1,8 @@
 // chunkserve-sim: runs routing policies over simulated workers and prints a table (or JSON).
 //
-//   chunkserve-sim [--workers N] [--tenants T] [--requests R] [--rate RPS] [--zipf S]
+//   chunkserve-sim [--workload NAME] [--turns MIN,MAX] [--max-prompt N] [--system-tokens N]
+//                  [--conversations N] [--prefix-range MIN,MAX]
+//                  [--workers N] [--tenants T] [--requests R] [--rate RPS] [--zipf S]
 //                  [--policies ttft,round_robin,...|all] [--control] [--control-rate RPS]
 //                  [--trace FILE.jsonl] [--block-size N] [--time-scale X] [--offset N]
 //                  [--limit N]
@@ -30,7 +32,10 @@ namespace router = chunkserve::router;
 namespace sim = chunkserve::router::sim;
 
 constexpr const char* kUsage =
-    "usage: chunkserve-sim [--workers N] [--tenants T] [--requests R] [--rate RPS] [--zipf S]\n"
+    "usage: chunkserve-sim [--workload multi_tenant|multi_turn|agent|long_doc]\n"
+    "                      [--workers N] [--tenants T] [--requests R] [--rate RPS] [--zipf S]\n"
+    "                      [--turns MIN,MAX] [--max-prompt N] [--system-tokens N]\n"
+    "                      [--conversations N] [--prefix-range MIN,MAX]\n"
     "                      [--policies a,b,..|all] [--control] [--control-rate RPS]\n"
     "                      [--trace FILE.jsonl] [--block-size N] [--time-scale X]\n"
     "                      [--offset N] [--limit N] [--seed S]\n"
@@ -84,6 +89,19 @@ Status ParseRange(const std::string& s, int32_t* lo, int32_t* hi) {
 Result<Flags> Parse(int argc, char** argv) {
   Flags f;
   f.sim.progress = true;
+  // --workload first: its defaults, then every other flag overrides them.
+  bool kv_chunks_given = false;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--workload") {
+      CHUNKSERVE_ASSIGN_OR_RETURN(router::WorkloadFamily family,
+                                  router::ParseWorkloadFamily(argv[i + 1]));
+      f.workload = router::ForFamily(family);
+    }
+    kv_chunks_given |= std::string(argv[i]) == "--kv-chunks";
+  }
+  if (f.workload.family == router::WorkloadFamily::kLongDoc && !kv_chunks_given) {
+    f.sim.worker.kv_capacity_chunks = 4096;  // documents reach 120k tokens (1,885 chunks)
+  }
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> Result<std::string> {
@@ -102,7 +120,20 @@ Result<Flags> Parse(int argc, char** argv) {
       return Status::Cancelled("help");
     } else {
       CHUNKSERVE_ASSIGN_OR_RETURN(std::string v, value());
-      if (a == "--workers") {
+      if (a == "--workload") {
+        // applied above
+      } else if (a == "--turns") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseRange(v, &f.workload.min_turns, &f.workload.max_turns));
+      } else if (a == "--max-prompt") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.workload.max_prompt_tokens));
+      } else if (a == "--system-tokens") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.workload.system_tokens));
+      } else if (a == "--conversations") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.workload.active_conversations));
+      } else if (a == "--prefix-range") {
+        CHUNKSERVE_RETURN_IF_ERROR(
+            ParseRange(v, &f.workload.min_prefix_tokens, &f.workload.max_prefix_tokens));
+      } else if (a == "--workers") {
         CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.sim.num_workers));
       } else if (a == "--tenants") {
         CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.workload.tenants));
@@ -228,6 +259,7 @@ int main(int argc, char** argv) {
   nlohmann::json all = nlohmann::json::object();
   all["config"] = {
       {"workers", f.sim.num_workers},
+      {"workload", std::string(router::WorkloadFamilyName(f.workload.family))},
       {"tenants", f.workload.tenants},
       {"requests", f.workload.num_requests},
       {"rate_rps", f.workload.arrival_rate},
@@ -262,8 +294,10 @@ int main(int argc, char** argv) {
     if (!f.json) {
       if (f.trace.empty()) {
         std::printf(
-            "%s workload: %d workers, %d tenants, %lld requests at %.1f req/s (seed %llu)\n",
-            label.c_str(), f.sim.num_workers, f.workload.tenants,
+            "%s %s workload: %d workers (KV %d chunks each), %d tenants, %lld requests at %.1f "
+            "req/s (seed %llu)\n",
+            label.c_str(), std::string(router::WorkloadFamilyName(f.workload.family)).c_str(),
+            f.sim.num_workers, f.sim.worker.kv_capacity_chunks, f.workload.tenants,
             static_cast<long long>(f.workload.num_requests),
             !shared && f.control_rate > 0 ? f.control_rate : f.workload.arrival_rate,
             static_cast<unsigned long long>(f.workload.seed));

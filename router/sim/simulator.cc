@@ -419,14 +419,19 @@ class Simulation {
     const Worker& w = workers_[static_cast<size_t>(wi)];
     WorkerLoad load;
     for (const Request* r : w.running) load.queued_prefill_tokens += r->prefill_remaining;
-    // The head of the queue is matched against the cache as it is now; beyond kExactQueue
-    // requests the match from when each joined the queue stands in, so a report costs at most
-    // kExactQueue matches however long the queue grows (an overloaded worker's queue reaches
-    // thousands: matching all of them every report made the run quadratic).
+    // The head of the queue is matched against the cache as it is now; past kExactQueue
+    // requests or kExactChunks chain chunks the match from when each joined the queue stands
+    // in, so a report costs a bounded number of lookups however long the queue grows (an
+    // overloaded worker's queue reaches thousands: matching all of them every report made the
+    // run quadratic).
     constexpr size_t kExactQueue = 64;
+    constexpr size_t kExactChunks = 4096;
     int64_t waiting = w.waiting_uncached;
+    size_t chunks = 0;
     for (size_t i = 0; i < w.waiting.size() && i < kExactQueue; ++i) {
       const Request* r = w.waiting[i];
+      chunks += r->chain.size();
+      if (i > 0 && chunks > kExactChunks) break;
       const int64_t cached =
           std::min<int64_t>(int64_t{MatchChunks(w, *r)} * o_.chunk_size, r->prompt_tokens - 1);
       waiting += (r->prompt_tokens - cached) - r->enqueue_uncached;
