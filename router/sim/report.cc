@@ -109,6 +109,7 @@ std::string ToJson(const std::vector<SimReport>& reports) {
          {"index_bytes", r.index_bytes},
          {"reasons", reasons},
          {"sim", {{"events", r.events}, {"cpu_s", r.cpu_s},
+                  {"deferred_admissions", r.deferred_admissions},
                   {"events_per_cpu_s", r.events_per_cpu_s},
                   {"requests_per_cpu_s", r.requests_per_cpu_s}}},
          {"workers", workers}});

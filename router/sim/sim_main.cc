@@ -42,7 +42,7 @@ constexpr const char* kUsage =
     "                      [--kv-chunks C] [--batch B] [--prefill-rate TOK/S] [--kv-delay S]\n"
     "                      [--report-interval S] [--suffix MIN,MAX] [--output MIN,MAX]\n"
     "                      [--spill-factor F] [--max-holders N] [--load-cap C]\n"
-    "                      [--placement-slack S]\n"
+    "                      [--placement-slack S] [--similar-fraction F] [--index-depth N]\n"
     "                      [--json] [--json-out FILE] [--log FILE.jsonl] [--per-worker]\n"
     "                      [--quiet]\n";
 
@@ -133,6 +133,10 @@ Result<Flags> Parse(int argc, char** argv) {
       } else if (a == "--prefix-range") {
         CHUNKSERVE_RETURN_IF_ERROR(
             ParseRange(v, &f.workload.min_prefix_tokens, &f.workload.max_prefix_tokens));
+      } else if (a == "--index-depth") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.sim.router.index.max_depth));
+      } else if (a == "--similar-fraction") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseDouble(v, &f.sim.router.policy.similar_fraction));
       } else if (a == "--workers") {
         CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.sim.num_workers));
       } else if (a == "--tenants") {

@@ -49,6 +49,7 @@ struct Worker {
   std::list<uint64_t> lru;  // retained hashes, front = least recently released
   int64_t used_chunks = 0;  // cached hashes (pinned + retained) + reserved + private chunks
   std::deque<Request*> waiting;
+  std::unordered_map<uint64_t, int32_t> inflight;  // chunks being prefilled -> requests
   int64_t waiting_uncached = 0;  // sum of enqueue_uncached over `waiting`
   std::vector<Request*> running;  // admission order
   bool busy = false;
@@ -265,13 +266,25 @@ class Simulation {
     }
   }
 
-  // Admits waiting requests FIFO while they fit (batch slots and KV chunks).
+  // Admits waiting requests FIFO while they fit (batch slots and KV chunks). Like the engine's
+  // scheduler, a request whose next uncached chunk is being prefilled by a running request is
+  // deferred (the requests behind it may pass, up to kMaxDeferred of them are looked at) until
+  // that prefill has stored the chunk, then admitted with it cached: same-prefix bursts do not
+  // prefill the prefix twice.
   void Admit(Worker& w) {
+    constexpr size_t kMaxDeferred = 16;
     const int64_t capacity = o_.worker.kv_capacity_chunks;
-    while (!w.waiting.empty() &&
+    size_t at = 0;
+    while (at < w.waiting.size() &&
            static_cast<int32_t>(w.running.size()) < o_.worker.max_batch_size) {
-      Request& r = *w.waiting.front();
+      Request& r = *w.waiting[at];
       const int32_t k = MatchChunks(w, r);
+      if (static_cast<size_t>(k) < r.chain.size() &&
+          w.inflight.count(r.chain[static_cast<size_t>(k)])) {
+        ++deferred_;
+        if (++at >= kMaxDeferred) break;
+        continue;
+      }
       int64_t matched_retained = 0;
       for (int32_t i = 0; i < k; ++i) {
         matched_retained += w.cache.at(r.chain[static_cast<size_t>(i)]).refs == 0;
@@ -292,12 +305,13 @@ class Simulation {
         Emit(w, false, victim, 0);
       }
       w.used_chunks += need;  // new hashed chunks are reserved now, stored at prefill end
+      for (size_t i = static_cast<size_t>(k); i < r.chain.size(); ++i) ++w.inflight[r.chain[i]];
       r.matched_chunks = k;
       r.cached_tokens = std::min<int64_t>(int64_t{k} * o_.chunk_size, r.prompt_tokens - 1);
       r.prefill_remaining = r.prompt_tokens - r.cached_tokens;
       w.running.push_back(&r);
       w.waiting_uncached -= r.enqueue_uncached;
-      w.waiting.pop_front();
+      w.waiting.erase(w.waiting.begin() + static_cast<ptrdiff_t>(at));
     }
   }
 
@@ -372,6 +386,9 @@ class Simulation {
   void FinishPrefill(Worker& w, Request& r) {
     for (size_t i = static_cast<size_t>(r.matched_chunks); i < r.chain.size(); ++i) {
       const uint64_t h = r.chain[i];
+      if (auto f = w.inflight.find(h); f != w.inflight.end() && --f->second == 0) {
+        w.inflight.erase(f);
+      }
       auto [it, inserted] = w.cache.try_emplace(h);
       if (!inserted) {
         // Another request stored the same chunk meanwhile: share it, give back the reservation.
@@ -485,6 +502,7 @@ class Simulation {
     s.recall = core_->precision().Recall();
     s.index_bytes = core_->index().Stats().bytes_used;
     s.events = events_done_;
+    s.deferred_admissions = deferred_;
     s.cpu_s = cpu_s_;
     if (cpu_s_ > 0) {
       s.events_per_cpu_s = static_cast<double>(events_done_) / cpu_s_;
@@ -512,6 +530,7 @@ class Simulation {
   int64_t requests_ = 0;
   double first_arrival_ = 1e300, last_finish_ = 0;
   uint64_t events_done_ = 0;
+  uint64_t deferred_ = 0;
   double cpu_s_ = 0;
   std::string policy_name_ = std::string(core_->policy().name());
   std::array<int64_t, 9> reasons_{};

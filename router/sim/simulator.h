@@ -14,7 +14,9 @@
 //    exactly as a real worker numbers them. A snapshot is sent at start.
 //  - Admission: FIFO; a request is admitted when the batch has room (max_batch_size) and its new
 //    chunks fit (after evicting retained chunks); it then hits the longest cached prefix of its
-//    chain (at most prompt - 1 tokens, as the engine must compute the last prompt token).
+//    chain (at most prompt - 1 tokens, as the engine must compute the last prompt token). As in
+//    the engine's scheduler, a request whose next uncached chunk a running request is still
+//    prefilling is deferred until that chunk is stored (requests behind it may pass).
 //  - Steps: each step decodes one token for every prefilled running request and prefills up to
 //    prefill_chunk_tokens uncached prompt tokens (chunked prefill, FIFO over admitted requests).
 //    step time = step_overhead_s + prefilled tokens / prefill_tokens_per_s
@@ -103,6 +105,7 @@ struct SimReport {
   std::vector<double> ttft_mean_by_reason;  // mean TTFT (s) of the requests of each reason
   std::vector<SimWorkerStats> workers;      // per worker, by index
   uint64_t events = 0;                      // discrete events processed
+  uint64_t deferred_admissions = 0;         // admission attempts deferred behind a prefill
   double cpu_s = 0;                         // CPU seconds of the run (std::clock)
   double events_per_cpu_s = 0;
   double requests_per_cpu_s = 0;
