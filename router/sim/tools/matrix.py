@@ -5,7 +5,7 @@ the simulator's CPU seconds per policy, and whether ttft meets the target (hit r
 the oracle, mean and p99 TTFT within 5% of the best policy of the same run).
 
   python3 router/sim/tools/matrix.py [--sim build/bin/chunkserve-sim] [--families a,b]
-      [--workers 4,16,64,256] [--jobs 2] [--json-dir DIR] [-- extra sim flags]
+      [--workers 4,16,64,256] [--jobs 2] [--seed N] [--json-dir DIR] [-- extra sim flags]
 
 Offered load scales with the worker count (RATE_PER_WORKER below); requests per run are
 max(MIN_REQUESTS, REQUESTS_PER_WORKER x workers)."""
@@ -24,16 +24,16 @@ MIN_REQUESTS = {"multi_tenant": 3000, "multi_turn": 3000, "agent": 3000, "long_d
 POLICIES = "ttft,round_robin,least_loaded,consistent_hash,cache_aware_threshold"
 
 
-def run(sim, family, workers, extra, json_dir):
+def run(sim, family, workers, extra, json_dir, seed):
     requests = max(MIN_REQUESTS[family], REQUESTS_PER_WORKER[family] * workers)
     rate = RATE_PER_WORKER[family] * workers
     cmd = [sim, "--workload", family, "--workers", str(workers), "--requests", str(requests),
-           "--rate", f"{rate:g}", "--policies", POLICIES, "--seed", "1", "--json", "--quiet"]
+           "--rate", f"{rate:g}", "--policies", POLICIES, "--seed", str(seed), "--json", "--quiet"]
     cmd += extra
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     data = json.loads(out)
     if json_dir:
-        with open(os.path.join(json_dir, f"{family}-{workers}.json"), "w") as f:
+        with open(os.path.join(json_dir, f"{family}-{workers}-seed{seed}.json"), "w") as f:
             f.write(out)
     return family, workers, requests, rate, data
 
@@ -45,11 +45,12 @@ def main():
     ap.add_argument("--workers", default="4,16,64,256")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json-dir", default="")
+    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
     jobs = [(f, int(w)) for f in a.families.split(",") for w in a.workers.split(",")]
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
-        results = list(ex.map(lambda j: run(a.sim, j[0], j[1], a.extra, a.json_dir), jobs))
+        results = list(ex.map(lambda j: run(a.sim, j[0], j[1], a.extra, a.json_dir, a.seed), jobs))
     print("| workload | workers | policy | hit rate | % of affinity oracle | TTFT mean | p50 | p99 "
           "| imbalance | sim CPU s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
