@@ -354,6 +354,8 @@ struct PolicyOptions {
   // its first holders the only candidates for every new conversation (issue 19: p99 TTFT 3x
   // least_loaded's at 4 workers).
   double spill_factor = 1.5;
+  // The spill factor when the prefix has a single holder (max with spill_factor).
+  double spill_factor_single_holder = 2.0;
   int32_t max_holders_per_prefix = 0;
   double max_holder_fraction = 1.0;
   // Savings that are similar do not decide: a worker is a holder only when its cached tokens are

@@ -110,7 +110,12 @@ class TtftPolicy final : public Policy {
               : std::max<int32_t>(
                     2, static_cast<int32_t>(std::ceil(options_.max_holder_fraction *
                                                       static_cast<double>(cands_.size()))));
-      if (other != nullptr && holder->ttft > options_.spill_factor * other->ttft && holders < cap) {
+      // Moving a prefix only one worker holds (a conversation) costs its whole recompute and
+      // gains no second copy for others: a larger factor then.
+      const double factor =
+          holders == 1 ? std::max(options_.spill_factor, options_.spill_factor_single_holder)
+                       : options_.spill_factor;
+      if (other != nullptr && holder->ttft > factor * other->ttft && holders < cap) {
         return decide(other, DecisionReason::kSpill);
       }
       return decide(holder, DecisionReason::kCacheHit);

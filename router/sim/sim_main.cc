@@ -133,6 +133,9 @@ Result<Flags> Parse(int argc, char** argv) {
       } else if (a == "--prefix-range") {
         CHUNKSERVE_RETURN_IF_ERROR(
             ParseRange(v, &f.workload.min_prefix_tokens, &f.workload.max_prefix_tokens));
+      } else if (a == "--spill-factor-single") {
+        CHUNKSERVE_RETURN_IF_ERROR(
+            ParseDouble(v, &f.sim.router.policy.spill_factor_single_holder));
       } else if (a == "--index-depth") {
         CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.sim.router.index.max_depth));
       } else if (a == "--similar-fraction") {

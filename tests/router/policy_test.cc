@@ -277,6 +277,30 @@ TEST_F(TtftSpillTest, HolderCapStopsSpilling) {
   EXPECT_EQ(d.reason, DecisionReason::kCacheHit);
 }
 
+// A prefix only one worker holds (a conversation) moves only when its holder is 2x slower; a
+// prefix two workers already hold spreads at 1.5x. Holder 4,600 queued tokens at 10,000 tok/s
+// (~0.47 s) vs an idle worker's own prefill of 2,112 tokens at 8,000 tok/s (~0.26 s): 1.75x.
+TEST_F(RouterCoreTest, ASingleHolderNeedsALargerGapToSpill) {
+  const RoutingRequest r = Req(Prompt(9, 2048, 64, 0));
+  WorkerLoad busy;
+  busy.queued_prefill_tokens = 4600;
+  busy.prefill_tokens_per_s = 10000;
+  auto one = Make(PolicyKind::kTtft, 4);
+  ASSERT_OK(one->ApplyKvEvents(WorkerId(0), SnapshotOf(r.chunk_hashes, 32)).status());
+  ASSERT_OK(one->UpdateLoad(WorkerId(0), busy));
+  ASSERT_OK_AND_ASSIGN(RoutingDecision d1, one->Route(RequestId(1), r, milliseconds(0)));
+  EXPECT_EQ(d1.worker, WorkerId(0));
+  EXPECT_EQ(d1.reason, DecisionReason::kCacheHit);
+  auto two = Make(PolicyKind::kTtft, 4);
+  for (uint32_t w : {0u, 1u}) {
+    ASSERT_OK(two->ApplyKvEvents(WorkerId(w), SnapshotOf(r.chunk_hashes, 32)).status());
+    ASSERT_OK(two->UpdateLoad(WorkerId(w), busy));
+  }
+  ASSERT_OK_AND_ASSIGN(RoutingDecision d2, two->Route(RequestId(1), r, milliseconds(0)));
+  EXPECT_EQ(d2.reason, DecisionReason::kSpill);
+  EXPECT_GE(d2.worker.value(), 2u);
+}
+
 TEST_F(RouterCoreTest, DefaultSpillIsLoadDrivenWithoutAHolderCount) {
   // 8 workers. Worker 0 holds the prefix and is slow: the first request spills (second holder);
   // once both holders are slow, a third one (no count cap by default: load decides).
