@@ -391,8 +391,9 @@ std::vector<WorkerMatch> PrefixIndex::LongestMatch(std::span<const uint64_t> cha
                                                    RouterTime now) {
   return impl_->LongestMatch(chain, now);
 }
-void PrefixIndex::RecordDecision(WorkerId worker, std::span<const uint64_t> chain, RouterTime now) {
-  impl_->RecordDecision(worker, chain, now);
+void PrefixIndex::RecordDecision(WorkerId worker, std::span<const uint64_t> chain, RouterTime now,
+                                 RouterTime extra) {
+  impl_->RecordDecision(worker, chain, now, extra);
 }
 void PrefixIndex::ExpireDecisions(RouterTime now) { impl_->ExpireDecisions(now); }
 PrefixIndexStats PrefixIndex::Stats() const { return impl_->Stats(); }

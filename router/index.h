@@ -36,7 +36,8 @@ class PrefixIndex::Impl {
   void DropWorker(WorkerId worker);
   bool IsUsable(WorkerId worker) const;
   std::vector<WorkerMatch> LongestMatch(std::span<const uint64_t> chain, RouterTime now);
-  void RecordDecision(WorkerId worker, std::span<const uint64_t> chain, RouterTime now);
+  void RecordDecision(WorkerId worker, std::span<const uint64_t> chain, RouterTime now,
+                      RouterTime extra);
   void ExpireDecisions(RouterTime now);
   PrefixIndexStats Stats() const;
   bool AnyUsable() const;

@@ -127,14 +127,18 @@ std::vector<WorkerMatch> PrefixIndex::Impl::LongestMatch(std::span<const uint64_
 }
 
 void PrefixIndex::Impl::RecordDecision(WorkerId worker, std::span<const uint64_t> chain,
-                                       RouterTime now) {
+                                       RouterTime now, RouterTime extra) {
   if (!worker.valid()) return;
   ExpireDecisions(now);
   const size_t n = std::min(chain.size(), static_cast<size_t>(options_.max_depth));
   if (n == 0) return;
   const uint32_t slot = SlotOf(worker);
   workers_[slot].known = true;
-  const RouterTime expiry = now + options_.decision_ttl;
+  // Expiries are not monotonic when `extra` varies: a long one at the front of decisions_ only
+  // delays the pruning of later ones (PopDecision keeps a holder entry a later, longer decision
+  // extended), and max_decisions bounds them all.
+  const RouterTime expiry =
+      now + options_.decision_ttl + std::clamp(extra, RouterTime(0), RouterTime(std::chrono::seconds(60)));
   for (size_t i = 0; i < n; ++i) {
     auto& v = decision_holders_[chain[i]];
     auto it =

@@ -127,7 +127,10 @@ Result<RoutingDecision> RouterCore::Route(RequestId request, const RoutingReques
   CHUNKSERVE_RETURN_IF_ERROR(
       s.loads.OnPicked(request, decision.worker, prompt - decision.predicted_cached_tokens));
   s.Refresh(decision.worker);
-  s.index->RecordDecision(decision.worker, routing_request.chunk_hashes, now);
+  // Remembered until the predicted first token (when the worker stores the prefix) + the TTL.
+  const auto extra = std::chrono::duration_cast<RouterTime>(
+      std::chrono::duration<double>(std::clamp(decision.predicted_ttft_s, 0.0, 60.0)));
+  s.index->RecordDecision(decision.worker, routing_request.chunk_hashes, now, extra);
   s.predicted[request] = decision.predicted_cached_tokens;
   return decision;
 }

@@ -165,8 +165,9 @@ struct PrefixIndexOptions {
   // chunk entries go first. Must be >= 4096.
   size_t byte_budget = size_t{256} << 20;
   // Only the first max_depth chunks of any chain are indexed (deeper stored events are ignored;
-  // lookups stop there). Must be >= 1.
-  int32_t max_depth = 256;
+  // lookups stop there). Must be >= 1. 2,048 chunks of 64 = 128k-token prompts: at 256 (16k
+  // tokens) a router saw a 100k-token document as a 16k-token saving and spilled it too eagerly.
+  int32_t max_depth = 2048;
   // How long a recorded routing decision counts as "the worker will hold this prefix".
   RouterTime decision_ttl = std::chrono::seconds(2);
   // Bound on remembered decisions (oldest dropped first). Must be >= 1.
@@ -240,9 +241,13 @@ class PrefixIndex {
   // const). Cost: about the number of workers holding chain[0], plus O(chain) hash lookups.
   std::vector<WorkerMatch> LongestMatch(std::span<const uint64_t> chain, RouterTime now);
 
-  // Remembers that `worker` was just sent a request with this chain: until now + decision_ttl,
-  // LongestMatch counts the worker as holding the first min(chain.size(), max_depth) chunks.
-  void RecordDecision(WorkerId worker, std::span<const uint64_t> chain, RouterTime now);
+  // Remembers that `worker` was just sent a request with this chain: until now + decision_ttl +
+  // extra, LongestMatch counts the worker as holding the first min(chain.size(), max_depth)
+  // chunks. `extra` (RouterCore: the decision's predicted TTFT, at most 60 s) keeps a decision
+  // alive until the worker's KV events can show the prefix: a 100k-token prompt takes seconds
+  // to prefill, longer than decision_ttl.
+  void RecordDecision(WorkerId worker, std::span<const uint64_t> chain, RouterTime now,
+                      RouterTime extra = RouterTime(0));
 
   // Drops expired decisions (LongestMatch and RecordDecision also do it as they go).
   void ExpireDecisions(RouterTime now);
@@ -337,17 +342,27 @@ struct PolicyOptions {
   // Over-cap workers are left out; when every accepting worker is over the cap, none is.
   double load_cap = 1.5;
   // Hot prefix spill: the holders of the prompt's prefix are the workers matching at least half
-  // of the longest match (so missing another request's private tail does not matter); the
-  // request goes to the best holder unless its predicted TTFT exceeds spill_factor * the
-  // best non-holder's and fewer workers than the holder cap hold the prefix; then it spills to
-  // that non-holder (which becomes a holder through the decision record). The holder cap is
-  // max_holders_per_prefix, or when that is 0, max(2, ceil(max_holder_fraction * accepting
-  // workers)):
-  // a fixed small cap starves a prefix hotter than a few workers can serve (in the simulator,
-  // cap 4 on 256 workers with Zipf tenants: mean TTFT 0.32 s instead of 0.05 s).
+  // of the longest match (so missing another request's private tail does not matter) whose
+  // saving is similar to the best (similar_fraction below); the request goes to the best holder
+  // unless its predicted TTFT exceeds spill_factor * the best non-holder's and fewer workers
+  // than the holder cap hold the prefix; then it spills to that non-holder (which becomes a
+  // holder through the decision record). The holder cap is max_holders_per_prefix, or when that
+  // is 0, max(2, ceil(max_holder_fraction * accepting workers)). By default there is none
+  // (fraction 1): spilling is load-driven alone. A count cap starves a prefix hotter than the
+  // capped workers can serve: cap 4 on 256 workers with Zipf tenants gave mean TTFT 0.32 s
+  // instead of 0.05 s, and 25% of the workers, with a first block shared by all traffic, made
+  // its first holders the only candidates for every new conversation (issue 19: p99 TTFT 3x
+  // least_loaded's at 4 workers).
   double spill_factor = 1.5;
+  // The spill factor when the prefix has a single holder (max with spill_factor).
+  double spill_factor_single_holder = 2.0;
   int32_t max_holders_per_prefix = 0;
-  double max_holder_fraction = 0.25;
+  double max_holder_fraction = 1.0;
+  // Savings that are similar do not decide: a worker is a holder only when its cached tokens are
+  // within similar_fraction * prompt tokens of the most any worker has cached, so a prefix that
+  // saves little of this prompt (a system prompt shared by all traffic) leaves the choice to
+  // load. 0 = holders by match length alone.
+  double similar_fraction = 0.3;
   // A match shorter than this many chunks does not make a holder.
   int32_t min_match_chunks = 1;
   // New prefix placement: rendezvous hashing on the first chunk hash among the workers whose

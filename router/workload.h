@@ -15,6 +15,18 @@
 //    "output_tokens": 64}
 // ("tenant" is accepted as an alias of "prefix_id"; lines may be blank).
 //
+// A block-hash trace is the format public KV-cache traces use (e.g. Mooncake's): one request per
+// line,
+//   {"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47, ...]}
+// with `timestamp` in milliseconds and `hash_ids` the ids of the prompt's consecutive blocks of
+// `block_size` tokens (the last one may be partial): equal id = identical block content and
+// identical prefix before it. LoadTrace reads it without expanding tokens: a request carries its
+// block ids, and BlockChunkHashes derives the router's chunk hash chain from them (chunk c, ending
+// at token e, gets a hash of the block holding token e - 1 and e's offset in that block, so two
+// chunks hash equal exactly when their prefixes are equal by block identity). Where real tokens
+// are needed (chunkserve-loadgen) `synthesize_tokens` fills the prompt from the block ids: block
+// id b always gives the same block_size tokens, so equal ids give equal tokens.
+//
 // Everything is deterministic given the seed, on every platform: a private generator
 // (splitmix64) and explicit sampling formulas, no std::*_distribution.
 //
@@ -47,7 +59,29 @@ class Rng {
   uint64_t state_;
 };
 
+// Workload families (WorkloadOptions::family; `--workload NAME` in chunkserve-sim and
+// chunkserve-loadgen). ForFamily gives each its default shape; every option below still applies.
+//  - multi_tenant: the synthetic multi-tenant workload above.
+//  - multi_turn: conversations behind one short system prompt shared by all (system_tokens).
+//    Up to active_conversations run at once; each arrival starts a new conversation with
+//    probability 1 / mean turns (while fewer are active) or continues a uniformly chosen active
+//    one. A turn's prompt is the previous turn's prompt + its answer (output_tokens synthesized
+//    tokens) + a new message (suffix range); a conversation ends after its turn count
+//    (uniform in [min_turns, max_turns]) or when the next prompt would pass max_prompt_tokens.
+//  - agent: the same conversation mechanics behind long tool definitions (one of `tenants`
+//    tool sets, prefix lengths as for tenants, Zipf): many turns, each a short tool result and
+//    a short answer.
+//  - long_doc: a few (`tenants`) huge documents (prefix lengths, up to 120k tokens by default),
+//    Zipf popularity; each request is a document + a short unique question.
+// The negative control (shared_prefixes = false) keeps every length and arrival of a family
+// and replaces every prompt token with a fresh one.
+enum class WorkloadFamily : int32_t { kMultiTenant, kMultiTurn, kAgent, kLongDoc };
+std::string_view WorkloadFamilyName(WorkloadFamily family);
+Result<WorkloadFamily> ParseWorkloadFamily(std::string_view name);
+std::vector<WorkloadFamily> AllWorkloadFamilies();
+
 struct WorkloadOptions {
+  WorkloadFamily family = WorkloadFamily::kMultiTenant;
   int64_t num_requests = 1000;
   int32_t tenants = 64;
   double zipf_s = 1.0;       // tenant popularity: P(tenant k) ~ 1 / (k + 1)^s; 0 = uniform
@@ -64,7 +98,16 @@ struct WorkloadOptions {
   bool shared_prefixes = true;  // false: negative control (no two prompts share a token run)
   int32_t vocab_size = 32000;
   uint64_t seed = 1;
+  // multi_turn / agent.
+  int32_t system_tokens = 256;  // multi_turn: the system prompt every conversation starts with
+  int32_t min_turns = 2;
+  int32_t max_turns = 12;
+  int32_t max_prompt_tokens = 32768;  // a conversation ends before its prompt passes this
+  int32_t active_conversations = 256;
 };
+
+// The default options of a family (see WorkloadFamily).
+WorkloadOptions ForFamily(WorkloadFamily family);
 
 struct WorkloadRequest {
   uint64_t index = 0;         // 0, 1, 2, ... in arrival order
@@ -73,7 +116,15 @@ struct WorkloadRequest {
   int32_t prefix_tokens = 0;  // leading tokens shared with the tenant's other requests
   std::vector<TokenId> prompt;
   int32_t output_tokens = 1;
+  // Block-hash traces (prompt empty unless synthesized): the prompt's block ids, the block size
+  // and the prompt length in tokens. PromptLength() is the length either way.
+  std::vector<uint64_t> block_ids;
+  int32_t block_size = 0;
+  int64_t prompt_length = 0;
 };
+
+// prompt.size(), or prompt_length for a block-hash request without tokens.
+int64_t PromptLength(const WorkloadRequest& request);
 
 // A finite request stream.
 class WorkloadSource {
@@ -96,6 +147,44 @@ Result<std::unique_ptr<WorkloadSource>> LoadJsonlTrace(const std::string& path,
 Result<std::unique_ptr<WorkloadSource>> ParseJsonlTrace(std::string_view text,
                                                         int32_t vocab_size = 32000,
                                                         uint64_t seed = 1);
+
+// Any trace file: the block-hash format (a first record with "hash_ids") or the JSONL format
+// above, with selection and time scaling. Parses the whole file up front (tokens of block-hash
+// requests are synthesized lazily, per Next()); InvalidArgument "trace line N: ..." names the
+// line of the first bad record, NotFound when the file cannot be opened.
+struct TraceOptions {
+  int32_t block_size = 512;        // tokens per hash_ids block (Mooncake traces: 512)
+  double time_scale = 1.0;         // arrival = (t - t of the first selected record) * time_scale
+  int64_t offset = 0;              // skip this many records first
+  int64_t limit = 0;               // at most this many records (0: all)
+  bool synthesize_tokens = false;  // block-hash requests get real prompt tokens (loadgen)
+  int32_t vocab_size = 32000;
+  uint64_t seed = 1;
+  // multi_turn / agent.
+  int32_t system_tokens = 256;  // multi_turn: the system prompt every conversation starts with
+  int32_t min_turns = 2;
+  int32_t max_turns = 12;
+  int32_t max_prompt_tokens = 32768;  // a conversation ends before its prompt passes this
+  int32_t active_conversations = 256;
+};
+
+// The default options of a family (see WorkloadFamily).
+WorkloadOptions ForFamily(WorkloadFamily family);
+Result<std::unique_ptr<WorkloadSource>> LoadTrace(const std::string& path,
+                                                  const TraceOptions& options);
+Result<std::unique_ptr<WorkloadSource>> ParseTrace(std::string_view text,
+                                                   const TraceOptions& options);
+
+// The chunk hash chain of a block-hash prompt (see the file comment): prompt_tokens / chunk_size
+// hashes; InvalidArgument when the block ids do not cover them.
+Result<std::vector<uint64_t>> BlockChunkHashes(uint64_t chain_seed, int32_t chunk_size,
+                                               int32_t block_size,
+                                               const std::vector<uint64_t>& block_ids,
+                                               int64_t prompt_tokens);
+// The tokens of a block-hash prompt: block id b gives the same block_size tokens everywhere.
+std::vector<TokenId> SynthesizeBlockTokens(const std::vector<uint64_t>& block_ids,
+                                           int32_t block_size, int64_t prompt_tokens,
+                                           int32_t vocab_size, uint64_t seed);
 
 // One trace line in the compact form (tokens not written): lets a generated workload be saved and
 // replayed exactly (a replay synthesizes equal tokens given the same seed and vocab_size only for

@@ -45,6 +45,7 @@ struct Options {
   std::string http_host = "127.0.0.1";
   uint16_t http_port = 0;  // 0: no metrics
   std::string trace;
+  TraceOptions trace_options;
   WorkloadOptions workload;
   int32_t connections = 4;
   std::string json_path;
@@ -283,12 +284,25 @@ bool ParseIntList(const std::string& s, std::vector<int32_t>* out) {
 
 constexpr char kUsage[] =
     "usage: chunkserve-loadgen --target HOST:PORT [--metrics HOST:PORT] [--trace FILE.jsonl]\n"
+    "         [--workload multi_tenant|multi_turn|agent|long_doc] [--turns MIN,MAX]\n"
+    "         [--max-prompt N] [--system-tokens N]\n"
+    "         [--block-size N] [--time-scale X] [--offset N] [--limit N]\n"
     "         [--requests N] [--rate R] [--tenants T] [--zipf S] [--prefix-tokens A,B,..]\n"
     "         [--suffix-tokens MIN,MAX] [--output-tokens MIN,MAX] [--vocab N] [--seed N]\n"
     "         [--connections N] [--no-control] [--label TEXT] [--json FILE] [--timeout-s N]\n";
 
 int Main(int argc, char** argv) {
   Options o;
+  // --workload first: its defaults, then every other flag overrides them.
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) != "--workload") continue;
+    Result<WorkloadFamily> family = ParseWorkloadFamily(argv[i + 1]);
+    if (!family.ok()) {
+      std::fprintf(stderr, "%s\n%s", family.status().ToString().c_str(), kUsage);
+      return 2;
+    }
+    o.workload = ForFamily(*family);
+  }
   o.workload.vocab_size = 1024;  // the built-in tiny model
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -308,12 +322,36 @@ int Main(int argc, char** argv) {
     char* end = nullptr;
     bool ok = true;
     std::vector<int32_t> list;
-    if (flag == "--target") {
+    if (flag == "--workload") {
+      // applied above
+    } else if (flag == "--turns") {
+      ok = ParseIntList(v, &list) && list.size() == 2 && list[0] <= list[1];
+      if (ok) {
+        o.workload.min_turns = list[0];
+        o.workload.max_turns = list[1];
+      }
+    } else if (flag == "--max-prompt") {
+      o.workload.max_prompt_tokens = static_cast<int32_t>(std::strtol(v.c_str(), &end, 10));
+      ok = *end == '\0' && o.workload.max_prompt_tokens > 0;
+    } else if (flag == "--system-tokens") {
+      o.workload.system_tokens = static_cast<int32_t>(std::strtol(v.c_str(), &end, 10));
+      ok = *end == '\0' && o.workload.system_tokens > 0;
+    } else if (flag == "--target") {
       ok = SplitHostPort(v, &o.host, &o.port);
     } else if (flag == "--metrics") {
       ok = SplitHostPort(v, &o.http_host, &o.http_port);
     } else if (flag == "--trace") {
       o.trace = v;
+    } else if (flag == "--block-size") {
+      o.trace_options.block_size = static_cast<int32_t>(std::strtol(v.c_str(), &end, 10));
+      ok = *end == '\0' && o.trace_options.block_size > 0;
+    } else if (flag == "--time-scale") {
+      o.trace_options.time_scale = std::strtod(v.c_str(), &end);
+      ok = *end == '\0' && o.trace_options.time_scale >= 0;
+    } else if (flag == "--offset" || flag == "--limit") {
+      const long long n = std::strtoll(v.c_str(), &end, 10);
+      ok = *end == '\0' && n >= 0;
+      (flag == "--offset" ? o.trace_options.offset : o.trace_options.limit) = n;
     } else if (flag == "--requests") {
       o.workload.num_requests = std::strtoll(v.c_str(), &end, 10);
       ok = *end == '\0' && o.workload.num_requests > 0;
@@ -377,12 +415,33 @@ int Main(int argc, char** argv) {
   };
   std::vector<PhaseSpec> phases;
   if (!o.trace.empty()) {
-    phases.push_back(
-        {"trace", Collect(LoadJsonlTrace(o.trace, o.workload.vocab_size, o.workload.seed))});
+    TraceOptions t = o.trace_options;
+    t.synthesize_tokens = true;  // block-hash traces: real tokens, equal block ids = equal tokens
+    t.vocab_size = o.workload.vocab_size;
+    t.seed = o.workload.seed;
+    phases.push_back({"trace", Collect(LoadTrace(o.trace, t))});
   } else {
     phases.push_back({"shared", Collect(MakeSyntheticWorkload(o.workload))});
   }
-  if (o.control) {
+  if (o.control && !o.trace.empty()) {
+    // The trace's own arrivals and lengths, every prompt token fresh: nothing shared.
+    std::vector<WorkloadRequest> control;
+    if (phases.front().requests.ok()) {
+      Rng rng(o.workload.seed + 1000003);
+      for (const WorkloadRequest& r : phases.front().requests.value()) {
+        WorkloadRequest c;
+        c.index = r.index;
+        c.arrival_s = r.arrival_s;
+        c.output_tokens = r.output_tokens;
+        c.prompt.resize(r.prompt.size());
+        for (TokenId& t : c.prompt) {
+          t = static_cast<TokenId>(rng.UniformInt(0, o.workload.vocab_size - 1));
+        }
+        control.push_back(std::move(c));
+      }
+    }
+    phases.push_back({"control", std::move(control)});
+  } else if (o.control) {
     // The negative control: the synthetic workload's lengths and arrivals, no shared prefixes
     // (for a trace: the synthetic defaults under the same options).
     WorkloadOptions control = o.workload;
@@ -392,6 +451,7 @@ int Main(int argc, char** argv) {
   }
 
   std::vector<PhaseReport> reports;
+  bool timed_out = false;
   for (PhaseSpec& spec : phases) {
     if (!spec.requests.ok()) {
       std::fprintf(stderr, "workload %s: %s\n", spec.name.c_str(),
@@ -405,16 +465,23 @@ int Main(int argc, char** argv) {
     }
     Phase phase(o, std::move(spec.requests).value());
     const Status run = phase.Run();
-    if (!run.ok()) {
+    if (!run.ok() && run.code() != StatusCode::kDeadlineExceeded) {
       std::fprintf(stderr, "phase %s: %s\n", spec.name.c_str(), run.ToString().c_str());
       return 1;
     }
-    PhaseReport report = phase.Report(spec.name);
+    // On timeout: report what finished (partial results), then stop with an error.
+    PhaseReport report = phase.Report(run.ok() ? spec.name : spec.name + " (timed out)");
     if (before) {
       Result<Samples> after = Scrape(o.http_host, o.http_port);
       if (after.ok()) AddMetrics(*before, after.value(), &report);
     }
     reports.push_back(std::move(report));
+    if (!run.ok()) {
+      std::fprintf(stderr, "phase %s: %s; partial results follow\n", spec.name.c_str(),
+                   run.ToString().c_str());
+      timed_out = true;
+      break;
+    }
   }
   PrintTable(reports, o.label);
   const std::string json = Json(reports, o.label);
@@ -428,7 +495,7 @@ int Main(int argc, char** argv) {
     std::fprintf(f, "%s\n", json.c_str());
     std::fclose(f);
   }
-  return 0;
+  return timed_out ? 1 : 0;
 }
 
 }  // namespace

@@ -17,13 +17,19 @@ namespace {
 //      (batch full) + decode term (PredictTtftSeconds). Workers over the load cap are left out
 //      unless all are over it (then none is).
 //   2. Index unusable (no usable worker view and no matching decision): lowest TTFT (load_only).
-//   3. Someone holds a prefix of the prompt: the holders are the workers matching at least half
-//      of the longest match; take the holder with the lowest TTFT; spill to the best non-holder
-//      when the holder's TTFT is more than spill_factor times the non-holder's and the prefix has
-//      fewer holders than the holder cap. All holders over the load cap: the best non-holder
-//      (load_cap).
-//   4. Nobody holds any of it: rendezvous hashing on the first chunk hash among the workers
-//      within placement_slack of the lowest TTFT (new_prefix_placement).
+//   3. Someone holds a prefix worth more than similar_fraction of the prompt: the holders are
+//      the workers matching at least half of the longest match whose cached tokens are within
+//      similar_fraction x prompt tokens of the most any worker caches (savings that are alike
+//      do not decide); take the holder with the lowest TTFT; spill to the best non-holder when
+//      the holder's TTFT is more than spill_factor times the non-holder's (and the prefix has
+//      fewer holders than the holder cap, none by default: spilling is load-driven). All
+//      holders over the load cap: the best non-holder (load_cap).
+//   4. Nobody holds a prefix worth the difference (nothing cached, or only a prefix everyone
+//      shares, like a common system prompt): rendezvous hashing on the first chunk nobody holds
+//      among the workers whose wait before this request's own prefill is within
+//      placement_slack of the shortest (+1 ms) (new_prefix_placement). Keying on the first
+//      unheld chunk lets requests behind a prefix shared by all spread, while a new tenant
+//      prefix still lands where routers with the same membership agree.
 class TtftPolicy final : public Policy {
  public:
   explicit TtftPolicy(const PolicyOptions& options) : options_(options) {}
@@ -42,8 +48,9 @@ class TtftPolicy final : public Policy {
       const int64_t uncached = prompt_tokens - CachedTokens(request, m);
       const double cap = options_.load_cap * std::max(1, w.info.max_batch_size);
       const bool over = static_cast<double>(RequestLoad(w.load)) > cap;
-      cands_.push_back(
-          Cand{&w, m, PredictTtftSeconds(w, uncached, request.max_new_tokens, options_), over});
+      cands_.push_back(Cand{&w, m, prompt_tokens - uncached,
+                            PredictTtftSeconds(w, uncached, request.max_new_tokens, options_),
+                            over});
       any_under |= !over;
     }
     if (cands_.empty()) return NoWorkers(context);
@@ -77,12 +84,19 @@ class TtftPolicy final : public Policy {
     }
 
     int32_t best_match = 0;
-    for (const Cand& c : cands_) best_match = std::max(best_match, c.match);
-    if (best_match >= options_.min_match_chunks) {
-      // Holders: at least half of the longest match, so a worker missing only another request's
-      // private tail (or a few deep chunks) still counts as holding the prefix.
+    int64_t best_saved = 0;
+    for (const Cand& c : cands_) {
+      best_match = std::max(best_match, c.match);
+      best_saved = std::max(best_saved, c.saved);
+    }
+    // Savings within `similar` tokens of the best one are alike: they do not decide, load does.
+    const double similar = options_.similar_fraction * static_cast<double>(prompt_tokens);
+    if (best_match >= options_.min_match_chunks && static_cast<double>(best_saved) > similar) {
+      // Holders: a match of at least half the longest one (so a worker missing only another
+      // request's private tail still holds the prefix) that saves about as much as the best.
       auto is_holder = [&](const Cand& c) {
-        return c.match >= options_.min_match_chunks && 2 * int64_t{c.match} >= best_match;
+        return c.match >= options_.min_match_chunks && 2 * int64_t{c.match} >= best_match &&
+               static_cast<double>(best_saved - c.saved) <= similar;
       };
       const Cand* holder = lowest([&](const Cand& c) { return under(c) && is_holder(c); });
       // Every holder is over the load cap: the best of the rest.
@@ -96,19 +110,39 @@ class TtftPolicy final : public Policy {
               : std::max<int32_t>(
                     2, static_cast<int32_t>(std::ceil(options_.max_holder_fraction *
                                                       static_cast<double>(cands_.size()))));
-      if (other != nullptr && holder->ttft > options_.spill_factor * other->ttft && holders < cap) {
+      // Moving a prefix only one worker holds (a conversation) costs its whole recompute and
+      // gains no second copy for others: a larger factor then.
+      const double factor =
+          holders == 1 ? std::max(options_.spill_factor, options_.spill_factor_single_holder)
+                       : options_.spill_factor;
+      if (other != nullptr && holder->ttft > factor * other->ttft && holders < cap) {
         return decide(other, DecisionReason::kSpill);
       }
       return decide(holder, DecisionReason::kCacheHit);
     }
 
-    const Cand* best = lowest(under);
-    const double limit = best->ttft * options_.placement_slack + 1e-3;
+    // Nobody holds a prefix worth the difference: place by load. The rendezvous key is the
+    // first chunk nobody holds, so a new tenant prefix lands where routers agree, and requests
+    // behind a prefix everybody shares (a common system prompt) spread instead of following it.
+    // Eligible: workers whose wait before this request's own prefill is within placement_slack
+    // of the shortest (+1 ms). Comparing whole TTFTs would let a long prompt's own prefill
+    // hide a queue (5 s of prefill x 1.5 admits a worker 2.5 s behind).
+    double min_wait = 0;
+    bool first = true;
+    for (Cand& c : cands_) {
+      if (!under(c)) continue;
+      c.wait = PredictTtftSeconds(*c.w, 0, request.max_new_tokens, options_);
+      if (first || c.wait < min_wait) min_wait = c.wait;
+      first = false;
+    }
+    const double limit = min_wait * options_.placement_slack + 1e-3;
     ids_.clear();
     for (const Cand& c : cands_) {
-      if (under(c) && c.ttft <= limit) ids_.push_back(c.w->info.id);
+      if (under(c) && c.wait <= limit) ids_.push_back(c.w->info.id);
     }
-    const WorkerId pick = RendezvousPick(request.chunk_hashes.front(), ids_);
+    const size_t key = std::min<size_t>(static_cast<size_t>(best_match),
+                                        request.chunk_hashes.size() - 1);
+    const WorkerId pick = RendezvousPick(request.chunk_hashes[key], ids_);
     const Cand* chosen = lowest([&](const Cand& c) { return c.w->info.id == pick; });
     return decide(chosen, DecisionReason::kNewPrefixPlacement);
   }
@@ -117,8 +151,10 @@ class TtftPolicy final : public Policy {
   struct Cand {
     const WorkerState* w;
     int32_t match;
+    int64_t saved;  // predicted cached tokens
     double ttft;
     bool over_cap;
+    double wait = 0;  // TTFT without this request's own prefill (placement only)
   };
   PolicyOptions options_;
   std::vector<Cand> cands_;  // scratch, kept to avoid an allocation per pick

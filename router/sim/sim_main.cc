@@ -1,8 +1,11 @@
 // chunkserve-sim: runs routing policies over simulated workers and prints a table (or JSON).
 //
-//   chunkserve-sim [--workers N] [--tenants T] [--requests R] [--rate RPS] [--zipf S]
+//   chunkserve-sim [--workload NAME] [--turns MIN,MAX] [--max-prompt N] [--system-tokens N]
+//                  [--conversations N] [--prefix-range MIN,MAX]
+//                  [--workers N] [--tenants T] [--requests R] [--rate RPS] [--zipf S]
 //                  [--policies ttft,round_robin,...|all] [--control] [--control-rate RPS]
-//                  [--trace FILE.jsonl]
+//                  [--trace FILE.jsonl] [--block-size N] [--time-scale X] [--offset N]
+//                  [--limit N]
 //                  [--seed S] [--kv-chunks C] [--batch B] [--prefill-rate TOK_PER_S]
 //                  [--kv-delay S] [--report-interval S] [--suffix MIN,MAX] [--output MIN,MAX]
 //                  [--spill-factor F] [--max-holders N] [--load-cap C] [--placement-slack S]
@@ -29,14 +32,19 @@ namespace router = chunkserve::router;
 namespace sim = chunkserve::router::sim;
 
 constexpr const char* kUsage =
-    "usage: chunkserve-sim [--workers N] [--tenants T] [--requests R] [--rate RPS] [--zipf S]\n"
+    "usage: chunkserve-sim [--workload multi_tenant|multi_turn|agent|long_doc]\n"
+    "                      [--workers N] [--tenants T] [--requests R] [--rate RPS] [--zipf S]\n"
+    "                      [--turns MIN,MAX] [--max-prompt N] [--system-tokens N]\n"
+    "                      [--conversations N] [--prefix-range MIN,MAX]\n"
     "                      [--policies a,b,..|all] [--control] [--control-rate RPS]\n"
-    "                      [--trace FILE.jsonl] [--seed S]\n"
+    "                      [--trace FILE.jsonl] [--block-size N] [--time-scale X]\n"
+    "                      [--offset N] [--limit N] [--seed S]\n"
     "                      [--kv-chunks C] [--batch B] [--prefill-rate TOK/S] [--kv-delay S]\n"
     "                      [--report-interval S] [--suffix MIN,MAX] [--output MIN,MAX]\n"
     "                      [--spill-factor F] [--max-holders N] [--load-cap C]\n"
-    "                      [--placement-slack S]\n"
-    "                      [--json] [--json-out FILE]\n";
+    "                      [--placement-slack S] [--similar-fraction F] [--index-depth N]\n"
+    "                      [--json] [--json-out FILE] [--log FILE.jsonl] [--per-worker]\n"
+    "                      [--quiet]\n";
 
 struct Flags {
   sim::SimOptions sim;
@@ -45,8 +53,11 @@ struct Flags {
   bool control = false;
   double control_rate = 0;  // 0: same as --rate
   std::string trace;
+  router::TraceOptions trace_options;
   bool json = false;
   std::string json_out;
+  std::string log;
+  bool per_worker = false;
 };
 
 Status ParseDouble(const std::string& s, double* out) {
@@ -77,6 +88,20 @@ Status ParseRange(const std::string& s, int32_t* lo, int32_t* hi) {
 
 Result<Flags> Parse(int argc, char** argv) {
   Flags f;
+  f.sim.progress = true;
+  // --workload first: its defaults, then every other flag overrides them.
+  bool kv_chunks_given = false;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--workload") {
+      CHUNKSERVE_ASSIGN_OR_RETURN(router::WorkloadFamily family,
+                                  router::ParseWorkloadFamily(argv[i + 1]));
+      f.workload = router::ForFamily(family);
+    }
+    kv_chunks_given |= std::string(argv[i]) == "--kv-chunks";
+  }
+  if (f.workload.family == router::WorkloadFamily::kLongDoc && !kv_chunks_given) {
+    f.sim.worker.kv_capacity_chunks = 4096;  // documents reach 120k tokens (1,885 chunks)
+  }
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> Result<std::string> {
@@ -87,11 +112,35 @@ Result<Flags> Parse(int argc, char** argv) {
       f.control = true;
     } else if (a == "--json") {
       f.json = true;
+    } else if (a == "--per-worker") {
+      f.per_worker = true;
+    } else if (a == "--quiet") {
+      f.sim.progress = false;
     } else if (a == "--help" || a == "-h") {
       return Status::Cancelled("help");
     } else {
       CHUNKSERVE_ASSIGN_OR_RETURN(std::string v, value());
-      if (a == "--workers") {
+      if (a == "--workload") {
+        // applied above
+      } else if (a == "--turns") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseRange(v, &f.workload.min_turns, &f.workload.max_turns));
+      } else if (a == "--max-prompt") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.workload.max_prompt_tokens));
+      } else if (a == "--system-tokens") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.workload.system_tokens));
+      } else if (a == "--conversations") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.workload.active_conversations));
+      } else if (a == "--prefix-range") {
+        CHUNKSERVE_RETURN_IF_ERROR(
+            ParseRange(v, &f.workload.min_prefix_tokens, &f.workload.max_prefix_tokens));
+      } else if (a == "--spill-factor-single") {
+        CHUNKSERVE_RETURN_IF_ERROR(
+            ParseDouble(v, &f.sim.router.policy.spill_factor_single_holder));
+      } else if (a == "--index-depth") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.sim.router.index.max_depth));
+      } else if (a == "--similar-fraction") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseDouble(v, &f.sim.router.policy.similar_fraction));
+      } else if (a == "--workers") {
         CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.sim.num_workers));
       } else if (a == "--tenants") {
         CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.workload.tenants));
@@ -132,8 +181,18 @@ Result<Flags> Parse(int argc, char** argv) {
             ParseRange(v, &f.workload.min_output_tokens, &f.workload.max_output_tokens));
       } else if (a == "--trace") {
         f.trace = v;
+      } else if (a == "--block-size") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.trace_options.block_size));
+      } else if (a == "--time-scale") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseDouble(v, &f.trace_options.time_scale));
+      } else if (a == "--offset") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.trace_options.offset));
+      } else if (a == "--limit") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseInt(v, &f.trace_options.limit));
       } else if (a == "--json-out") {
         f.json_out = v;
+      } else if (a == "--log") {
+        f.log = v;
       } else if (a == "--policies") {
         if (v != "all") {
           f.policies.clear();
@@ -155,22 +214,37 @@ Result<Flags> Parse(int argc, char** argv) {
   return f;
 }
 
+Result<std::unique_ptr<router::WorkloadSource>> MakeSource(const Flags& f, bool shared) {
+  std::unique_ptr<router::WorkloadSource> source;
+  if (!f.trace.empty()) {
+    router::TraceOptions t = f.trace_options;
+    t.vocab_size = f.workload.vocab_size;
+    t.seed = f.workload.seed;
+    CHUNKSERVE_ASSIGN_OR_RETURN(source, router::LoadTrace(f.trace, t));
+  } else {
+    router::WorkloadOptions w = f.workload;
+    w.shared_prefixes = shared;
+    if (!shared && f.control_rate > 0) w.arrival_rate = f.control_rate;
+    CHUNKSERVE_ASSIGN_OR_RETURN(source, router::MakeSyntheticWorkload(w));
+  }
+  return source;
+}
+
 Result<std::vector<sim::SimReport>> RunAll(const Flags& f, bool shared) {
   std::vector<sim::SimReport> out;
+  // The oracles depend on the workload only: once per workload, printed beside every policy.
+  CHUNKSERVE_ASSIGN_OR_RETURN(std::unique_ptr<router::WorkloadSource> oracle_source,
+                              MakeSource(f, shared));
+  CHUNKSERVE_ASSIGN_OR_RETURN(sim::OracleReport oracle,
+                              sim::ComputeOracles(f.sim, *oracle_source));
   for (router::PolicyKind kind : f.policies) {
-    std::unique_ptr<router::WorkloadSource> source;
-    if (!f.trace.empty()) {
-      CHUNKSERVE_ASSIGN_OR_RETURN(
-          source, router::LoadJsonlTrace(f.trace, f.workload.vocab_size, f.workload.seed));
-    } else {
-      router::WorkloadOptions w = f.workload;
-      w.shared_prefixes = shared;
-      if (!shared && f.control_rate > 0) w.arrival_rate = f.control_rate;
-      CHUNKSERVE_ASSIGN_OR_RETURN(source, router::MakeSyntheticWorkload(w));
-    }
+    CHUNKSERVE_ASSIGN_OR_RETURN(std::unique_ptr<router::WorkloadSource> source,
+                                MakeSource(f, shared));
     sim::SimOptions o = f.sim;
     o.router.policy_kind = kind;
     CHUNKSERVE_ASSIGN_OR_RETURN(sim::SimReport r, sim::RunSimulation(o, *source));
+    r.oracle_infinite = oracle.infinite_hit_rate;
+    r.oracle_affinity = oracle.affinity_hit_rate;
     out.push_back(std::move(r));
   }
   return out;
@@ -192,6 +266,7 @@ int main(int argc, char** argv) {
   nlohmann::json all = nlohmann::json::object();
   all["config"] = {
       {"workers", f.sim.num_workers},
+      {"workload", std::string(router::WorkloadFamilyName(f.workload.family))},
       {"tenants", f.workload.tenants},
       {"requests", f.workload.num_requests},
       {"rate_rps", f.workload.arrival_rate},
@@ -204,10 +279,20 @@ int main(int argc, char** argv) {
       {"max_batch_size", f.sim.worker.max_batch_size},
       {"prefill_tokens_per_s", f.sim.worker.prefill_tokens_per_s},
       {"kv_event_delay_s", f.sim.kv_event_delay_s}};
+  FILE* log = nullptr;
+  if (!f.log.empty()) {
+    log = std::fopen(f.log.c_str(), "w");
+    if (log == nullptr) {
+      std::cerr << "chunkserve-sim: cannot write " << f.log << "\n";
+      return 1;
+    }
+  }
   std::vector<std::pair<std::string, bool>> runs = {{"shared", true}};
   if (f.control) runs.emplace_back("control", false);
   for (const auto& [label, shared] : runs) {
-    Result<std::vector<sim::SimReport>> reports = RunAll(f, shared);
+    Flags run_flags = f;
+    run_flags.sim.log = log;
+    Result<std::vector<sim::SimReport>> reports = RunAll(run_flags, shared);
     if (!reports.ok()) {
       std::cerr << "chunkserve-sim: " << reports.status() << "\n";
       return 1;
@@ -216,8 +301,10 @@ int main(int argc, char** argv) {
     if (!f.json) {
       if (f.trace.empty()) {
         std::printf(
-            "%s workload: %d workers, %d tenants, %lld requests at %.1f req/s (seed %llu)\n",
-            label.c_str(), f.sim.num_workers, f.workload.tenants,
+            "%s %s workload: %d workers (KV %d chunks each), %d tenants, %lld requests at %.1f "
+            "req/s (seed %llu)\n",
+            label.c_str(), std::string(router::WorkloadFamilyName(f.workload.family)).c_str(),
+            f.sim.num_workers, f.sim.worker.kv_capacity_chunks, f.workload.tenants,
             static_cast<long long>(f.workload.num_requests),
             !shared && f.control_rate > 0 ? f.control_rate : f.workload.arrival_rate,
             static_cast<unsigned long long>(f.workload.seed));
@@ -226,7 +313,16 @@ int main(int argc, char** argv) {
                     static_cast<long long>(reports->empty() ? 0 : reports->front().requests));
       }
       std::printf("%s\n", sim::FormatTable(*reports).c_str());
+      if (f.per_worker) {
+        for (const sim::SimReport& r : *reports) {
+          std::printf("%s\n", sim::FormatWorkerTable(r).c_str());
+        }
+      }
     }
+  }
+  if (log != nullptr && std::fclose(log) != 0) {
+    std::cerr << "chunkserve-sim: cannot write " << f.log << "\n";
+    return 1;
   }
   if (f.json) std::cout << all.dump(2) << "\n";
   if (!f.json_out.empty()) {

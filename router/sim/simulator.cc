@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
+#include <ctime>
 #include <cstdio>
 #include <deque>
 #include <list>
@@ -24,6 +26,7 @@ struct Request {
   std::vector<uint64_t> chain;
   int32_t worker = -1;
   int32_t reason = 0;  // DecisionReason of the routing decision
+  int64_t predicted_cached = 0;
   // Set at admission.
   int32_t matched_chunks = 0;
   int64_t cached_tokens = 0;
@@ -33,6 +36,7 @@ struct Request {
   int32_t decoded = 0;
   double first_token = -1;
   int64_t step_prefill = 0;  // tokens prefilled in the current step
+  int64_t enqueue_uncached = 0;  // uncached prompt tokens as matched when it joined the queue
 };
 
 struct CacheEntry {
@@ -45,6 +49,8 @@ struct Worker {
   std::list<uint64_t> lru;  // retained hashes, front = least recently released
   int64_t used_chunks = 0;  // cached hashes (pinned + retained) + reserved + private chunks
   std::deque<Request*> waiting;
+  std::unordered_map<uint64_t, int32_t> inflight;  // chunks being prefilled -> requests
+  int64_t waiting_uncached = 0;  // sum of enqueue_uncached over `waiting`
   std::vector<Request*> running;  // admission order
   bool busy = false;
   double busy_time = 0;
@@ -53,6 +59,7 @@ struct Worker {
   double last_decode_rate = 0;
   uint64_t sequence = 0;
   KvEventBatch pending;  // events of the current step
+  SimWorkerStats stats;
   std::deque<KvEventBatch> in_transit;
   uint64_t evictions = 0;
 };
@@ -114,10 +121,31 @@ class Simulation {
     CHUNKSERVE_RETURN_IF_ERROR(PullArrival());
     Push(o_.load_report_interval_s, EventType::kLoadReport, -1);
 
+    const std::clock_t cpu_start = std::clock();
+    auto wall_last = std::chrono::steady_clock::now();
+    uint64_t events_last = 0;
+    auto progress = [&](bool final) {
+      const auto now = std::chrono::steady_clock::now();
+      const double dt = std::chrono::duration<double>(now - wall_last).count();
+      std::fprintf(stderr,
+                   "sim %s: %lld requests routed, %lld finished, %.1f s simulated, %llu events, "
+                   "%.0f events/s%s\n",
+                   std::string(core_->policy().name()).c_str(), static_cast<long long>(requests_),
+                   static_cast<long long>(e2e_.size()), now_,
+                   static_cast<unsigned long long>(events_done_),
+                   dt > 0 ? static_cast<double>(events_done_ - events_last) / dt : 0,
+                   final ? " (done)" : "");
+      wall_last = now;
+      events_last = events_done_;
+    };
     while (!events_.empty()) {
       const Event e = events_.top();
       events_.pop();
       now_ = e.t;
+      if ((++events_done_ & 4095) == 0 && o_.progress &&
+          std::chrono::steady_clock::now() - wall_last > std::chrono::seconds(2)) {
+        progress(false);
+      }
       switch (e.type) {
         case EventType::kArrival:
           CHUNKSERVE_RETURN_IF_ERROR(Arrive());
@@ -147,6 +175,8 @@ class Simulation {
           break;
       }
     }
+    cpu_s_ = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+    if (o_.progress) progress(true);
     return Report();
   }
 
@@ -164,9 +194,12 @@ class Simulation {
     auto r = std::make_unique<Request>();
     r->id = next->index;
     r->arrival = next->arrival_s;
-    r->prompt_tokens = static_cast<int64_t>(next->prompt.size());
+    r->prompt_tokens = PromptLength(*next);
     r->output_tokens = std::max(1, next->output_tokens);
-    CHUNKSERVE_ASSIGN_OR_RETURN(r->chain, kv::FullChunkHashes(seed_, o_.chunk_size, next->prompt));
+    if (r->prompt_tokens < 1) {
+      return Status::InvalidArgument("sim: request " + std::to_string(r->id) + " has no prompt");
+    }
+    CHUNKSERVE_ASSIGN_OR_RETURN(r->chain, RequestChain(*next, seed_, o_.chunk_size));
     const int64_t total_chunks =
         (r->prompt_tokens + r->output_tokens + o_.chunk_size - 1) / o_.chunk_size;
     r->private_chunks = static_cast<int32_t>(total_chunks - static_cast<int64_t>(r->chain.size()));
@@ -195,9 +228,20 @@ class Simulation {
                      RouterTime(static_cast<int64_t>(std::llround(now_ * 1e9)))));
     ++reasons_[static_cast<size_t>(d.reason)];
     r->reason = static_cast<int32_t>(d.reason);
+    r->predicted_cached = d.predicted_cached_tokens;
     r->worker = static_cast<int32_t>(d.worker.value());
+    if (r->worker < 0 || r->worker >= o_.num_workers) {
+      return Status::Internal("sim: policy picked unknown worker " + std::to_string(r->worker));
+    }
     Worker& w = workers_[static_cast<size_t>(r->worker)];
+    ++w.stats.requests;
+    w.stats.prompt_tokens += static_cast<uint64_t>(r->prompt_tokens);
+    r->enqueue_uncached =
+        r->prompt_tokens -
+        std::min<int64_t>(int64_t{MatchChunks(w, *r)} * o_.chunk_size, r->prompt_tokens - 1);
+    w.waiting_uncached += r->enqueue_uncached;
     w.waiting.push_back(r.get());
+    w.stats.max_queue = std::max<int64_t>(w.stats.max_queue, static_cast<int64_t>(w.waiting.size()));
     prompt_tokens_ += static_cast<uint64_t>(r->prompt_tokens);
     active_.emplace(r->id, std::move(r));
     ++requests_;
@@ -222,13 +266,25 @@ class Simulation {
     }
   }
 
-  // Admits waiting requests FIFO while they fit (batch slots and KV chunks).
+  // Admits waiting requests FIFO while they fit (batch slots and KV chunks). Like the engine's
+  // scheduler, a request whose next uncached chunk is being prefilled by a running request is
+  // deferred (the requests behind it may pass, up to kMaxDeferred of them are looked at) until
+  // that prefill has stored the chunk, then admitted with it cached: same-prefix bursts do not
+  // prefill the prefix twice.
   void Admit(Worker& w) {
+    constexpr size_t kMaxDeferred = 16;
     const int64_t capacity = o_.worker.kv_capacity_chunks;
-    while (!w.waiting.empty() &&
+    size_t at = 0;
+    while (at < w.waiting.size() &&
            static_cast<int32_t>(w.running.size()) < o_.worker.max_batch_size) {
-      Request& r = *w.waiting.front();
+      Request& r = *w.waiting[at];
       const int32_t k = MatchChunks(w, r);
+      if (static_cast<size_t>(k) < r.chain.size() &&
+          w.inflight.count(r.chain[static_cast<size_t>(k)])) {
+        ++deferred_;
+        if (++at >= kMaxDeferred) break;
+        continue;
+      }
       int64_t matched_retained = 0;
       for (int32_t i = 0; i < k; ++i) {
         matched_retained += w.cache.at(r.chain[static_cast<size_t>(i)]).refs == 0;
@@ -249,11 +305,13 @@ class Simulation {
         Emit(w, false, victim, 0);
       }
       w.used_chunks += need;  // new hashed chunks are reserved now, stored at prefill end
+      for (size_t i = static_cast<size_t>(k); i < r.chain.size(); ++i) ++w.inflight[r.chain[i]];
       r.matched_chunks = k;
       r.cached_tokens = std::min<int64_t>(int64_t{k} * o_.chunk_size, r.prompt_tokens - 1);
       r.prefill_remaining = r.prompt_tokens - r.cached_tokens;
       w.running.push_back(&r);
-      w.waiting.pop_front();
+      w.waiting_uncached -= r.enqueue_uncached;
+      w.waiting.erase(w.waiting.begin() + static_cast<ptrdiff_t>(at));
     }
   }
 
@@ -328,6 +386,9 @@ class Simulation {
   void FinishPrefill(Worker& w, Request& r) {
     for (size_t i = static_cast<size_t>(r.matched_chunks); i < r.chain.size(); ++i) {
       const uint64_t h = r.chain[i];
+      if (auto f = w.inflight.find(h); f != w.inflight.end() && --f->second == 0) {
+        w.inflight.erase(f);
+      }
       auto [it, inserted] = w.cache.try_emplace(h);
       if (!inserted) {
         // Another request stored the same chunk meanwhile: share it, give back the reservation.
@@ -349,6 +410,21 @@ class Simulation {
     }
     w.used_chunks -= r.private_chunks;
     e2e_.push_back(now_ - r.arrival);
+    w.stats.cached_tokens += static_cast<uint64_t>(r.cached_tokens);
+    if (o_.log != nullptr) {
+      std::fprintf(o_.log,
+                   "{\"policy\":\"%s\",\"id\":%llu,\"arrival_s\":%.6f,\"worker\":%d,"
+                   "\"reason\":\"%s\",\"prompt_tokens\":%lld,\"predicted_cached_tokens\":%lld,"
+                   "\"cached_tokens\":%lld,\"ttft_s\":%.6f,\"first_token_s\":%.6f,"
+                   "\"end_s\":%.6f,\"output_tokens\":%d}\n",
+                   policy_name_.c_str(), static_cast<unsigned long long>(r.id), r.arrival,
+                   r.worker,
+                   std::string(DecisionReasonName(static_cast<DecisionReason>(r.reason))).c_str(),
+                   static_cast<long long>(r.prompt_tokens),
+                   static_cast<long long>(r.predicted_cached),
+                   static_cast<long long>(r.cached_tokens), r.first_token - r.arrival,
+                   r.first_token, now_, r.output_tokens);
+    }
     output_tokens_ += static_cast<uint64_t>(r.output_tokens);
     last_finish_ = std::max(last_finish_, now_);
     CHUNKSERVE_RETURN_IF_ERROR(core_->OnFinished(RequestId(r.id), r.cached_tokens));
@@ -360,11 +436,24 @@ class Simulation {
     const Worker& w = workers_[static_cast<size_t>(wi)];
     WorkerLoad load;
     for (const Request* r : w.running) load.queued_prefill_tokens += r->prefill_remaining;
-    for (const Request* r : w.waiting) {
+    // The head of the queue is matched against the cache as it is now; past kExactQueue
+    // requests or kExactChunks chain chunks the match from when each joined the queue stands
+    // in, so a report costs a bounded number of lookups however long the queue grows (an
+    // overloaded worker's queue reaches thousands: matching all of them every report made the
+    // run quadratic).
+    constexpr size_t kExactQueue = 64;
+    constexpr size_t kExactChunks = 4096;
+    int64_t waiting = w.waiting_uncached;
+    size_t chunks = 0;
+    for (size_t i = 0; i < w.waiting.size() && i < kExactQueue; ++i) {
+      const Request* r = w.waiting[i];
+      chunks += r->chain.size();
+      if (i > 0 && chunks > kExactChunks) break;
       const int64_t cached =
           std::min<int64_t>(int64_t{MatchChunks(w, *r)} * o_.chunk_size, r->prompt_tokens - 1);
-      load.queued_prefill_tokens += static_cast<uint64_t>(r->prompt_tokens - cached);
+      waiting += (r->prompt_tokens - cached) - r->enqueue_uncached;
     }
+    load.queued_prefill_tokens += static_cast<uint64_t>(std::max<int64_t>(0, waiting));
     load.running_sequences = static_cast<int32_t>(w.running.size());
     load.queued_requests = static_cast<int32_t>(w.waiting.size());
     load.free_kv_slots = static_cast<uint64_t>(
@@ -392,6 +481,11 @@ class Simulation {
     }
     double busy = 0, work = 0, max_work = 0, occupancy = 0;
     for (const Worker& w : workers_) {
+      SimWorkerStats ws = w.stats;
+      ws.work_s = w.work_s;
+      ws.busy_s = w.busy_time;
+      ws.evictions = w.evictions;
+      s.workers.push_back(ws);
       busy += w.busy_time;
       work += w.work_s;
       occupancy += w.occupancy_s;
@@ -407,6 +501,13 @@ class Simulation {
     s.precision = core_->precision().Precision();
     s.recall = core_->precision().Recall();
     s.index_bytes = core_->index().Stats().bytes_used;
+    s.events = events_done_;
+    s.deferred_admissions = deferred_;
+    s.cpu_s = cpu_s_;
+    if (cpu_s_ > 0) {
+      s.events_per_cpu_s = static_cast<double>(events_done_) / cpu_s_;
+      s.requests_per_cpu_s = static_cast<double>(requests_) / cpu_s_;
+    }
     s.reasons.assign(reasons_.begin(), reasons_.end());
     for (size_t i = 0; i < reasons_.size(); ++i) {
       s.ttft_mean_by_reason.push_back(reasons_[i] ? ttft_sum_by_reason_[i] / reasons_[i] : 0);
@@ -428,6 +529,10 @@ class Simulation {
   uint64_t prompt_tokens_ = 0, cached_tokens_ = 0, output_tokens_ = 0;
   int64_t requests_ = 0;
   double first_arrival_ = 1e300, last_finish_ = 0;
+  uint64_t events_done_ = 0;
+  uint64_t deferred_ = 0;
+  double cpu_s_ = 0;
+  std::string policy_name_ = std::string(core_->policy().name());
   std::array<int64_t, 9> reasons_{};
   std::array<double, 9> ttft_sum_by_reason_{};
 };
@@ -449,6 +554,15 @@ Status Validate(const SimOptions& o) {
 }
 
 }  // namespace
+
+Result<std::vector<uint64_t>> RequestChain(const WorkloadRequest& r, uint64_t chain_seed,
+                                           int32_t chunk_size) {
+  if (r.prompt.empty() && !r.block_ids.empty()) {
+    // A block-hash trace: the chain follows block identity, no tokens needed.
+    return BlockChunkHashes(chain_seed, chunk_size, r.block_size, r.block_ids, r.prompt_length);
+  }
+  return kv::FullChunkHashes(chain_seed, chunk_size, r.prompt);
+}
 
 Result<SimReport> RunSimulation(const SimOptions& options, WorkloadSource& source) {
   CHUNKSERVE_RETURN_IF_ERROR(Validate(options));

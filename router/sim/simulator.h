@@ -14,7 +14,9 @@
 //    exactly as a real worker numbers them. A snapshot is sent at start.
 //  - Admission: FIFO; a request is admitted when the batch has room (max_batch_size) and its new
 //    chunks fit (after evicting retained chunks); it then hits the longest cached prefix of its
-//    chain (at most prompt - 1 tokens, as the engine must compute the last prompt token).
+//    chain (at most prompt - 1 tokens, as the engine must compute the last prompt token). As in
+//    the engine's scheduler, a request whose next uncached chunk a running request is still
+//    prefilling is deferred until that chunk is stored (requests behind it may pass).
 //  - Steps: each step decodes one token for every prefilled running request and prefills up to
 //    prefill_chunk_tokens uncached prompt tokens (chunked prefill, FIFO over admitted requests).
 //    step time = step_overhead_s + prefilled tokens / prefill_tokens_per_s
@@ -33,6 +35,7 @@
 #define CHUNKSERVE_ROUTER_SIM_SIMULATOR_H_
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -60,6 +63,19 @@ struct SimOptions {
   double load_report_interval_s = 0.1;
   RouterCoreOptions router;             // policy_kind chooses the policy under test
   uint64_t model_fingerprint = 0x5151;  // only seeds the chunk hash chain
+  // Observability (none changes the simulated outcome):
+  FILE* log = nullptr;    // one JSON line per finished request (see RunSimulation)
+  bool progress = false;  // a progress line on stderr every ~2 s of wall time, and at the end
+};
+
+struct SimWorkerStats {
+  int64_t requests = 0;  // routed to this worker
+  uint64_t prompt_tokens = 0;
+  uint64_t cached_tokens = 0;
+  double work_s = 0;  // prefill + decode compute seconds
+  double busy_s = 0;  // stepping, step overhead included
+  uint64_t evictions = 0;
+  int64_t max_queue = 0;  // longest waiting queue seen
 };
 
 struct LatencySummary {
@@ -87,15 +103,55 @@ struct SimReport {
   uint64_t index_bytes = 0;                 // router index bytes at the end
   std::vector<int64_t> reasons;             // decisions per DecisionReason value
   std::vector<double> ttft_mean_by_reason;  // mean TTFT (s) of the requests of each reason
+  std::vector<SimWorkerStats> workers;      // per worker, by index
+  uint64_t events = 0;                      // discrete events processed
+  uint64_t deferred_admissions = 0;         // admission attempts deferred behind a prefill
+  double cpu_s = 0;                         // CPU seconds of the run (std::clock)
+  double events_per_cpu_s = 0;
+  double requests_per_cpu_s = 0;
+  // Filled by the caller (ComputeOracles on the same workload), 0 when not computed.
+  double oracle_infinite = 0;
+  double oracle_affinity = 0;
 };
 
-// Runs one policy over the workload `source` (consumed). InvalidArgument for bad options; a
+// Reference hit rates of a workload, independent of any policy and of timing (printed beside
+// every policy's result):
+//  - infinite: one cache of unlimited size that every request reaches: a request hits the
+//    longest prefix of its chain that any earlier request had (at most prompt - 1 tokens).
+//  - affinity ("perfect affinity"): num_workers caches of kv_capacity_chunks chunks each, LRU
+//    (a served request's chain becomes most recent, its root last); every request goes to the
+//    worker with the longest cached prefix, known exactly and at once, among the workers whose
+//    prefill work so far (uncached tokens) is at most affinity_slack x the mean plus this
+//    request's prompt -- so a prefix shared by all traffic cannot pull everything onto one
+//    worker; ties and new prefixes go by rendezvous hashing on the first chunk. It is a strong
+//    reference, not a proven bound: a policy may exceed it.
+struct OracleReport {
+  uint64_t prompt_tokens = 0;
+  uint64_t infinite_cached_tokens = 0;
+  uint64_t affinity_cached_tokens = 0;
+  double infinite_hit_rate = 0;
+  double affinity_hit_rate = 0;
+};
+Result<OracleReport> ComputeOracles(const SimOptions& options, WorkloadSource& source,
+                                    double affinity_slack = 1.25);
+
+// The chunk hash chain the simulator uses for a request (real hashes of its tokens, or the
+// block-id derived chain of a block-hash trace request).
+Result<std::vector<uint64_t>> RequestChain(const WorkloadRequest& request, uint64_t chain_seed,
+                                           int32_t chunk_size);
+
+// Runs one policy over the workload `source` (consumed). With options.log, each finished request
+// writes {"policy", "id", "arrival_s", "worker", "reason", "prompt_tokens",
+// "predicted_cached_tokens", "cached_tokens", "ttft_s", "first_token_s", "end_s",
+// "output_tokens"} as one line (times in simulated seconds since the start). InvalidArgument for bad options; a
 // request that can never fit a worker's KV cache is an error too (the workload is too long).
 Result<SimReport> RunSimulation(const SimOptions& options, WorkloadSource& source);
 
 // Renders reports as an aligned text table / a JSON array.
 std::string FormatTable(const std::vector<SimReport>& reports);
 std::string ToJson(const std::vector<SimReport>& reports);
+// One report's per-worker figures as a text table.
+std::string FormatWorkerTable(const SimReport& report);
 
 }  // namespace chunkserve::router::sim
 

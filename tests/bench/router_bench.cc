@@ -110,6 +110,11 @@ int RouterMain(int argc, char** argv) {
   router::WorkloadOptions wo;
   wo.tenants = cfg.tenants;
   wo.max_prefix_tokens = cfg.prompt_tokens - cs;  // leave room for a user part
+  if (cfg.prompt_tokens > 8192) {
+    // Long prompts (e.g. 128k: 2,048 chunks deep): documents of about 2/3 of the prompt, so the
+    // index holds chains as deep as the prompts and lookups walk them.
+    wo.prefix_length_bases = {cfg.prompt_tokens * 2 / 3};
+  }
   const std::vector<int32_t> lengths = router::TenantPrefixLengths(wo);
   std::vector<std::vector<TokenId>> tenant_tokens(static_cast<size_t>(cfg.tenants));
   std::vector<std::vector<uint64_t>> tenant_chain(static_cast<size_t>(cfg.tenants));
@@ -133,7 +138,7 @@ int RouterMain(int argc, char** argv) {
   router::RouterCoreOptions o;
   o.chain_seeds = {seed};
   o.index.byte_budget = size_t{4} << 30;  // report what the contents need, do not cap them here
-  o.index.max_depth = 512;
+  o.index.max_depth = std::max(512, cfg.prompt_tokens / cfg.chunk_size);  // 128k prompts: 2,048
   auto core_or = router::RouterCore::Create(o);
   if (!core_or.ok()) {
     std::cerr << core_or.status() << "\n";
@@ -282,6 +287,9 @@ int RouterMain(int argc, char** argv) {
         "%.1f bytes/entry (%zu per node + 4 per holder, malloc-rounded); built in %.1f s\n",
         stats.bytes_used, stats.chunk_nodes, stats.holder_entries, bytes_per_entry,
         router::PrefixIndex::BytesPerNode(), build_s);
+    std::printf("index depth limit %d chunks: %llu stored events beyond it, %llu orphaned\n",
+                o.index.max_depth, static_cast<unsigned long long>(stats.depth_limited),
+                static_cast<unsigned long long>(stats.orphaned));
   }
   return sink == 42 ? 3 : 0;  // keeps the timed work observable
 }

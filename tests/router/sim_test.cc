@@ -3,7 +3,9 @@
 // simulated run; simulated time is deterministic, so nothing here depends on the machine's speed.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "router/sim/simulator.h"
 #include "tests/testing/status_matchers.h"
@@ -113,6 +115,59 @@ TEST(SimTest, ReportRendersAsTableAndJson) {
   const std::string json = ToJson({r});
   EXPECT_NE(json.find("\"hit_rate\""), std::string::npos);
   EXPECT_NE(json.find("\"round_robin\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace chunkserve::router::sim
+
+namespace chunkserve::router::sim {
+namespace {
+
+TEST(SimTest, PerRequestLogAndPerWorkerStatsAddUp) {
+  WorkloadOptions w;
+  w.num_requests = 400;
+  w.tenants = 8;
+  w.arrival_rate = 40;
+  ASSERT_OK_AND_ASSIGN(auto source, MakeSyntheticWorkload(w));
+  SimOptions o;
+  o.num_workers = 4;
+  FILE* log = std::tmpfile();
+  ASSERT_NE(log, nullptr);
+  o.log = log;
+  ASSERT_OK_AND_ASSIGN(SimReport r, RunSimulation(o, *source));
+  ASSERT_EQ(r.workers.size(), 4u);
+  int64_t requests = 0;
+  uint64_t prompt = 0, cached = 0;
+  for (const SimWorkerStats& s : r.workers) {
+    requests += s.requests;
+    prompt += s.prompt_tokens;
+    cached += s.cached_tokens;
+    EXPECT_LE(s.work_s, s.busy_s);
+  }
+  EXPECT_EQ(requests, r.requests);
+  EXPECT_EQ(prompt, r.prompt_tokens);
+  EXPECT_EQ(cached, r.cached_tokens);
+  EXPECT_GT(r.events, static_cast<uint64_t>(r.requests));
+  // One JSON line per finished request, with the documented fields.
+  std::rewind(log);
+  char buf[1024];
+  int64_t lines = 0;
+  uint64_t logged_cached = 0;
+  while (std::fgets(buf, sizeof(buf), log) != nullptr) {
+    const auto j = nlohmann::json::parse(buf);
+    for (const char* key : {"policy", "id", "arrival_s", "worker", "reason", "prompt_tokens",
+                            "predicted_cached_tokens", "cached_tokens", "ttft_s", "first_token_s",
+                            "end_s", "output_tokens"}) {
+      EXPECT_TRUE(j.contains(key)) << key << " in " << buf;
+    }
+    EXPECT_LE(j["arrival_s"].get<double>(), j["first_token_s"].get<double>());
+    EXPECT_LE(j["first_token_s"].get<double>(), j["end_s"].get<double>());
+    logged_cached += j["cached_tokens"].get<uint64_t>();
+    ++lines;
+  }
+  std::fclose(log);
+  EXPECT_EQ(lines, r.completed);
+  EXPECT_EQ(logged_cached, r.cached_tokens);
 }
 
 }  // namespace
