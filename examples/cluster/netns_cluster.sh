@@ -72,7 +72,13 @@ host_addr() {  # client -> .2, rK -> .(10+K), wK -> .(100+K)
     *) die "unknown host '$1' (client, rK, wK)" ;;
   esac
 }
-host_http() { case "$1" in r*) echo $ROUTER_HTTP ;; w*) echo $WORKER_HTTP ;; *) die "$1 serves no /metrics" ;; esac; }
+host_http() {
+  case "$1" in
+    r*) echo $ROUTER_HTTP ;;
+    w*) echo $WORKER_HTTP ;;
+    *) die "$1 serves no /metrics" ;;
+  esac
+}
 
 cluster_id() {
   [[ -f "$CSN_STATE/id" ]] || die "no cluster in $CSN_STATE (run up first, or set CSN_STATE)"
@@ -81,7 +87,8 @@ cluster_id() {
 ns_of() {  # the namespace of host $1 in the current cluster
   local id
   id="$(cluster_id)"
-  grep -qx "$1" "$CSN_STATE/hosts" 2>/dev/null || die "no host '$1' in this cluster ($(tr '\n' ' ' <"$CSN_STATE/hosts"))"
+  grep -qx "$1" "$CSN_STATE/hosts" 2>/dev/null ||
+    die "no host '$1' in this cluster ($(tr '\n' ' ' <"$CSN_STATE/hosts"))"
   echo "csn-$id-$1"
 }
 up_alive() {  # whether process $1 is a live netns_cluster.sh
@@ -125,7 +132,8 @@ teardown_group() {
 # Removes the namespaces of runs whose `up` process is gone (killed runs).
 clean_leftovers() {
   local id
-  for id in $(ip netns list 2>/dev/null | awk '{print $1}' | sed -n 's/^csn-\([0-9]\+\)-.*/\1/p' | sort -u); do
+  for id in $(ip netns list 2>/dev/null | awk '{print $1}' |
+              sed -n 's/^csn-\([0-9]\+\)-.*/\1/p' | sort -u); do
     if ! up_alive "$id"; then
       echo "netns_cluster: removing leftovers of run $id" >&2
       teardown_group "$id"
@@ -225,12 +233,13 @@ make_pki() {  # a cluster CA and one certificate per router and worker (examples
 
 security_flags() {  # the secret and TLS flags of node $1 (a router or worker)
   local flags=()
-  [[ -f "$CSN_STATE/keys/cluster.secret" ]] && flags+=(--secret-file "$CSN_STATE/keys/cluster.secret")
-  if [[ $1 == r* && -f "$CSN_STATE/keys/client.token" ]]; then
-    flags+=(--client-token-file "$CSN_STATE/keys/client.token")
+  local keys="$CSN_STATE/keys" pki="$CSN_STATE/pki"
+  [[ -f "$keys/cluster.secret" ]] && flags+=(--secret-file "$keys/cluster.secret")
+  if [[ $1 == r* && -f "$keys/client.token" ]]; then
+    flags+=(--client-token-file "$keys/client.token")
   fi
-  if [[ -f "$CSN_STATE/pki/ca.pem" ]]; then
-    flags+=(--tls-ca "$CSN_STATE/pki/ca.pem" --tls-cert "$CSN_STATE/pki/$1.pem" --tls-key "$CSN_STATE/pki/$1.key")
+  if [[ -f "$pki/ca.pem" ]]; then
+    flags+=(--tls-ca "$pki/ca.pem" --tls-cert "$pki/$1.pem" --tls-key "$pki/$1.key")
   fi
   echo "${flags[@]}"
 }
@@ -267,11 +276,14 @@ cmd_up() {
   for b in chunkserve-router chunkserve-worker chunkserve-loadgen; do
     [[ -x "$BIN/$b" ]] || die "missing $BIN/$b: build it first or set BIN"
   done
-  if [[ $secret == 1 || $tls == 1 ]]; then command -v openssl >/dev/null || die "--secret/--tls need openssl"; fi
+  if [[ $secret == 1 || $tls == 1 ]]; then
+    command -v openssl >/dev/null || die "--secret/--tls need openssl"
+  fi
 
   mkdir -p "$CSN_STATE"
   if [[ -f "$CSN_STATE/id" ]] && up_alive "$(cat "$CSN_STATE/id")"; then
-    die "a cluster is already up in $CSN_STATE (pid $(cat "$CSN_STATE/id")): run down first, or set CSN_STATE"
+    die "a cluster is already up in $CSN_STATE (pid $(cat "$CSN_STATE/id")):" \
+        "run down first, or set CSN_STATE"
   fi
   clean_leftovers
   rm -rf "${CSN_STATE:?}"/{id,hosts,ready,seq,ack,ctl,ctl.lock,stats.json,logs,keys,pki,pids}
@@ -284,7 +296,13 @@ cmd_up() {
   : >"$CSN_STATE/pids"
 
   ready=0
-  trap 'teardown_group '"$id"'; rm -f "$CSN_STATE/ready" "$CSN_STATE/id"; [[ $ready == 1 ]] && echo "netns_cluster: down"' EXIT
+  up_id="$id"  # global: the EXIT trap may run outside this function's scope
+  on_exit() {
+    teardown_group "$up_id"
+    rm -f "$CSN_STATE/ready" "$CSN_STATE/id"
+    if [[ $ready == 1 ]]; then echo "netns_cluster: down"; fi
+  }
+  trap on_exit EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
 
@@ -303,10 +321,12 @@ cmd_up() {
   echo "$switch_pid switch" >>"$CSN_STATE/pids"
   for _ in $(seq 300); do
     grep -q " ready" "$CSN_STATE/ack" 2>/dev/null && break
-    kill -0 "$switch_pid" 2>/dev/null || skip "the switch could not set up the links: $(tail -3 "$CSN_STATE/logs/switch.log")"
+    kill -0 "$switch_pid" 2>/dev/null ||
+      skip "the switch could not set up the links: $(tail -3 "$CSN_STATE/logs/switch.log")"
     sleep 0.1
   done
-  grep -q " ready" "$CSN_STATE/ack" 2>/dev/null || die "the switch did not come up; see $CSN_STATE/logs/switch.log"
+  grep -q " ready" "$CSN_STATE/ack" 2>/dev/null ||
+    die "the switch did not come up; see $CSN_STATE/logs/switch.log"
 
   [[ $secret == 1 ]] && make_secrets
   local nodes=()
@@ -332,7 +352,8 @@ cmd_up() {
       grep -q "^listening on" "$CSN_STATE/logs/r$i.log" && break
       sleep 0.1
     done
-    grep -q "^listening on" "$CSN_STATE/logs/r$i.log" || die "router r$i did not start; see $CSN_STATE/logs/r$i.log"
+    grep -q "^listening on" "$CSN_STATE/logs/r$i.log" ||
+      die "router r$i did not start; see $CSN_STATE/logs/r$i.log"
   done
 
   # Workers: the built-in tiny model unless --worker-args names one.
@@ -358,7 +379,8 @@ cmd_up() {
   local alive
   for i in $(seq 0 $((routers - 1))); do
     for _ in $(seq 600); do
-      alive="$( (cmd_metrics "r$i" 'chunkserve_router_workers_alive ' 2>/dev/null || true) | awk '{print $2}')"
+      alive="$( (cmd_metrics "r$i" 'chunkserve_router_workers_alive ' 2>/dev/null || true) |
+               awk '{print $2}')"
       [[ ${alive%.*} == "$workers" ]] && break
       sleep 0.2
     done
@@ -367,7 +389,8 @@ cmd_up() {
   done
   touch "$CSN_STATE/ready"
   ready=1
-  echo "netns_cluster: ready: ${#hosts[@]} hosts in namespaces csn-$id-*, routers ${router_list[*]}, $workers workers; state in $CSN_STATE"
+  echo "netns_cluster: ready: ${#hosts[@]} hosts in namespaces csn-$id-*," \
+       "routers ${router_list[*]}, $workers workers; state in $CSN_STATE"
 
   while :; do
     if [[ -n $owner ]] && ! kill -0 "$owner" 2>/dev/null; then
@@ -431,7 +454,9 @@ cmd_loadgen() {
   ns="$(ns_of client)"
   ns_of "$via" >/dev/null
   addr="$(host_addr "$via")"
-  [[ -f "$CSN_STATE/keys/client.token" ]] && env+=("CHUNKSERVE_CLIENT_TOKEN=$(cat "$CSN_STATE/keys/client.token")")
+  if [[ -f "$CSN_STATE/keys/client.token" ]]; then
+    env+=("CHUNKSERVE_CLIENT_TOKEN=$(cat "$CSN_STATE/keys/client.token")")
+  fi
   [[ -f "$CSN_STATE/pki/ca.pem" ]] && flags+=(--tls-ca "$CSN_STATE/pki/ca.pem")
   exec ip netns exec "$ns" env "${env[@]}" "$BIN/chunkserve-loadgen" \
       --target "$addr:$ROUTER_PORT" --metrics "$addr:$ROUTER_HTTP" "${flags[@]}" "$@"
@@ -440,7 +465,11 @@ cmd_loadgen() {
 cmd_status() {
   local id h
   id="$(cluster_id)"
-  if up_alive "$id"; then echo "cluster $id (up pid $id), state $CSN_STATE"; else echo "cluster $id: up process gone"; fi
+  if up_alive "$id"; then
+    echo "cluster $id (up pid $id), state $CSN_STATE"
+  else
+    echo "cluster $id: up process gone"
+  fi
   while read -r h; do
     printf '  %-8s %-14s netns csn-%s-%s  pids %s\n' "$h" "$(host_addr "$h")" "$id" "$h" \
         "$(ip netns pids "csn-$id-$h" 2>/dev/null | tr '\n' ' ')"
@@ -456,14 +485,29 @@ case "$cmd" in
   down) cmd_down ;;
   clean) clean_leftovers ;;
   shape) cmd_shape "$@" ;;
-  cut) [[ $# -ge 1 && $# -le 2 ]] || die "usage: cut HOST [PEER]"; for h in "$@"; do ns_of "$h" >/dev/null; done; ctl cut "$@" ;;
-  heal) [[ $# -ge 1 && $# -le 2 ]] || die "usage: heal HOST [PEER] | all"; for h in "$@"; do [[ $h == all ]] || ns_of "$h" >/dev/null; done; ctl heal "$@" ;;
+  cut)
+    [[ $# -ge 1 && $# -le 2 ]] || die "usage: cut HOST [PEER]"
+    for h in "$@"; do ns_of "$h" >/dev/null; done
+    ctl cut "$@" ;;
+  heal)
+    [[ $# -ge 1 && $# -le 2 ]] || die "usage: heal HOST [PEER] | all"
+    for h in "$@"; do [[ $h == all ]] || ns_of "$h" >/dev/null; done
+    ctl heal "$@" ;;
   stats) ctl stats >/dev/null && cat "$CSN_STATE/stats.json" ;;
   status) cmd_status ;;
   metrics) [[ $# -ge 1 ]] || die "usage: metrics HOST [REGEX]"; cmd_metrics "$@" ;;
   loadgen) cmd_loadgen "$@" ;;
-  exec) [[ $# -ge 2 ]] || die "usage: exec HOST CMD..."; ns="$(ns_of "$1")"; shift; exec ip netns exec "$ns" "$@" ;;
+  exec)
+    [[ $# -ge 2 ]] || die "usage: exec HOST CMD..."
+    ns="$(ns_of "$1")"
+    shift
+    exec ip netns exec "$ns" "$@" ;;
   addr) [[ $# -eq 1 ]] || die "usage: addr HOST"; host_addr "$1" ;;
-  log) [[ $# -eq 1 ]] || die "usage: log HOST"; ns_of "$1" >/dev/null; echo "$CSN_STATE/logs/$1.log" ;;
-  *) sed -n '2,/^set -euo/p' "$self" | sed '$d' | sed 's/^# \{0,1\}//'; [[ -z $cmd || $cmd == help || $cmd == -h || $cmd == --help ]] || exit 2 ;;
+  log)
+    [[ $# -eq 1 ]] || die "usage: log HOST"
+    ns_of "$1" >/dev/null
+    echo "$CSN_STATE/logs/$1.log" ;;
+  *)
+    sed -n '2,/^set -euo/p' "$self" | sed '$d' | sed 's/^# \{0,1\}//'
+    [[ -z $cmd || $cmd == help || $cmd == -h || $cmd == --help ]] || exit 2 ;;
 esac
