@@ -354,11 +354,12 @@ class Server final : public WorkerServer {
 
   // One outgoing link to a router (io thread only).
   struct RouterLink {
-    explicit RouterLink(asio::io_context& io) : resolver(io), timer(io) {}
+    explicit RouterLink(asio::io_context& io) : resolver(io), timer(io), connect_timer(io) {}
     std::string host;
     uint16_t port = 0;
     asio::ip::tcp::resolver resolver;
-    asio::steady_timer timer;
+    asio::steady_timer timer;          // the reconnect backoff
+    asio::steady_timer connect_timer;  // bounds one connection attempt
     std::shared_ptr<Session> session;  // null while disconnected
     bool registered = false;
     std::chrono::milliseconds backoff{0};
@@ -392,10 +393,19 @@ class Server final : public WorkerServer {
             return;
           }
           auto socket = std::make_shared<asio::ip::tcp::socket>(io_);
+          // Closing the socket at the deadline ends the attempt (operation_aborted): a silent
+          // router is retried on the link's backoff, not on the kernel's SYN schedule.
+          link->connect_timer.expires_after(options_.router_connect_timeout);
+          link->connect_timer.async_wait([socket](const asio::error_code& e) {
+            if (e) return;
+            asio::error_code ignored;
+            socket->close(ignored);
+          });
           asio::async_connect(*socket, results,
                               [this, link, socket](const asio::error_code& e, const auto&) {
+                                link->connect_timer.cancel();
                                 if (draining_) return;
-                                if (e) {
+                                if (e || !socket->is_open()) {
                                   ScheduleRouterReconnect(link);
                                   return;
                                 }

@@ -64,6 +64,11 @@ struct WorkerOptions {
   std::chrono::milliseconds load_report_interval{200};
   std::chrono::milliseconds reconnect_min{100};
   std::chrono::milliseconds reconnect_max{5000};
+  // A connection attempt to a router that does not complete within this is abandoned and
+  // retried on the backoff above: a router behind a partition drops the SYNs silently, and the
+  // kernel's own SYN retransmissions (1, 2, 4, .. 64 s apart) would otherwise decide when the
+  // link comes back after the partition heals.
+  std::chrono::milliseconds router_connect_timeout{3000};
   // Router links: the cluster secret proven at registration (empty: none), a Ping when the link
   // is quiet for router_keepalive, and the link closed (then re-established) when nothing
   // arrives for router_idle_timeout.

@@ -11,6 +11,14 @@
 // Per-worker figures (routed requests, cached and prompt tokens) and routing precision come from
 // the router's /metrics (--http), scraped before and after each phase; without --http only the
 // client-side figures are reported.
+//
+// Every stream is checked: token indices must be continuous from 0 (bad_indices), and a request
+// that ends normally must have delivered exactly the tokens it asked for, as many as its Finish
+// counts (incomplete) -- a lost or duplicated token shows in one or the other.
+//
+// Like the C client, it answers a server's challenge with $CHUNKSERVE_CLIENT_TOKEN (else
+// $CHUNKSERVE_CLUSTER_SECRET), and speaks TLS with --tls-ca (the server's certificate must name
+// the --target host).
 #include <capnp/message.h>
 
 #include <algorithm>
@@ -30,8 +38,10 @@
 #include "router/loadgen/report.h"
 #include "router/workload.h"
 #include "runtime/base/status.h"
+#include "runtime/wire/auth.h"
 #include "runtime/wire/client_protocol.h"
 #include "runtime/wire/connection.h"
+#include "runtime/wire/tls.h"
 
 namespace chunkserve::router {
 namespace {
@@ -52,6 +62,9 @@ struct Options {
   std::string label;
   bool control = true;
   double timeout_s = 600;
+  std::string tls_ca;    // set: TLS, the server verified against this CA
+  std::string auth_key;  // answers the server's challenge (from the environment)
+  std::shared_ptr<wire::TlsContext> tls;
 };
 
 bool SplitHostPort(const std::string& s, std::string* host, uint16_t* port) {
@@ -74,9 +87,11 @@ struct RequestResult {
   int32_t prompt_tokens = 0;
   int32_t cached_tokens = 0;
   int32_t generated = 0;
-  int32_t expected_index = 0;
+  int32_t expected_index = 0;  // tokens received so far
+  int32_t max_new_tokens = 0;
   bool error = false;
   bool bad_index = false;
+  bool incomplete = false;  // ended normally with fewer or more tokens than asked, or than counted
   std::string error_message;
 };
 
@@ -93,11 +108,17 @@ class Phase {
       if (ec) return Status::Unavailable("connect to " + o_.host + ": " + ec.message());
       wire::ConnectionOptions copts;
       copts.max_outgoing_bytes = 256u << 20;
+      if (!o_.auth_key.empty()) {
+        copts.client_auth = wire::ClientAuth{o_.auth_key, wire::schema::AuthRole::CLIENT};
+      }
+      copts.tls = o_.tls;
+      copts.tls_host = o_.host;
       auto c = wire::Connection::Create(std::move(socket), copts);
       c->Start([this](wire::DecodedMessage& m) { OnMessage(m); },
                [this](const Status& reason) {
+                 if (!reason.ok() && !stopping_) connection_problem_ = reason.ToString();
                  if (outstanding_ > 0 && !stopping_) {
-                   lost_ = Status::Unavailable("connection closed: " + reason.ToString());
+                   lost_ = Status::Unavailable("connection closed: " + Why(reason.ToString()));
                    io_.stop();
                  }
                });
@@ -137,6 +158,8 @@ class Phase {
       if (!x.end) continue;
       r.finished++;
       r.bad_indices += x.bad_index;
+      r.incomplete += x.incomplete;
+      r.tokens += x.expected_index;
       prompt += x.prompt_tokens;
       cached += x.cached_tokens;
       generated += x.generated;
@@ -186,14 +209,21 @@ class Phase {
     g.max_new_tokens = std::max(1, w.output_tokens);
     std::vector<uint8_t> frame = wire::EncodeGenerate(g);
     results_[i].sent = Clock::now();
+    results_[i].max_new_tokens = g.max_new_tokens;
     outstanding_++;
     const Status s = connections_[i % connections_.size()]->SendBytes(std::move(frame));
     if (!s.ok()) Fail(i, s.ToString());
   }
 
+  // `message`, with the reason a connection closed when one did.
+  std::string Why(const std::string& message) const {
+    if (connection_problem_.empty() || message == connection_problem_) return message;
+    return message + " (" + connection_problem_ + ")";
+  }
+
   void Fail(size_t i, const std::string& message) {
     results_[i].error = true;
-    results_[i].error_message = message;
+    results_[i].error_message = Why(message);
     Done();
   }
 
@@ -230,12 +260,21 @@ class Phase {
         if (f.reason == FinishReason::kError || f.reason == FinishReason::kUnavailable) {
           r->error = true;
           r->error_message = std::string(f.error.message());
+        } else {
+          // No stop tokens are sent, so a normal end delivers exactly max_new_tokens.
+          r->incomplete =
+              r->expected_index != r->max_new_tokens || f.generated_tokens != r->expected_index;
         }
         Done();
         break;
       }
       case Envelope::ERROR: {
         auto e = root.getError();
+        if (e.getRequestId() == 0) {
+          // About the connection (e.g. "unauthenticated"): the reason it is about to close.
+          connection_problem_ = e.getMessage().cStr();
+          return;
+        }
         RequestResult* r = result(e.getRequestId());
         if (r == nullptr || r->end || r->error) return;
         r->end = now;
@@ -259,6 +298,8 @@ class Phase {
   int64_t outstanding_ = 0;
   bool stopping_ = false;
   Status lost_;
+  // Why a connection closed (its close reason, or the server's Error with requestId 0).
+  std::string connection_problem_;
   Clock::time_point start_, end_;
 };
 
@@ -289,7 +330,9 @@ constexpr char kUsage[] =
     "         [--block-size N] [--time-scale X] [--offset N] [--limit N]\n"
     "         [--requests N] [--rate R] [--tenants T] [--zipf S] [--prefix-tokens A,B,..]\n"
     "         [--suffix-tokens MIN,MAX] [--output-tokens MIN,MAX] [--vocab N] [--seed N]\n"
-    "         [--connections N] [--no-control] [--label TEXT] [--json FILE] [--timeout-s N]\n";
+    "         [--connections N] [--no-control] [--label TEXT] [--json FILE] [--timeout-s N]\n"
+    "         [--tls-ca PEM]\n"
+    "a server that asks for a key gets $CHUNKSERVE_CLIENT_TOKEN, else $CHUNKSERVE_CLUSTER_SECRET\n";
 
 int Main(int argc, char** argv) {
   Options o;
@@ -395,6 +438,8 @@ int Main(int argc, char** argv) {
     } else if (flag == "--timeout-s") {
       o.timeout_s = std::strtod(v.c_str(), &end);
       ok = *end == '\0' && o.timeout_s > 0;
+    } else if (flag == "--tls-ca") {
+      o.tls_ca = v;
     } else {
       std::fprintf(stderr, "unknown flag %s\n%s", flag.c_str(), kUsage);
       return 2;
@@ -407,6 +452,28 @@ int Main(int argc, char** argv) {
   if (o.port == 0) {
     std::fprintf(stderr, "--target is required\n%s", kUsage);
     return 2;
+  }
+  for (const char* env : {wire::kClientTokenEnv, wire::kClusterSecretEnv}) {
+    Result<std::string> key = wire::LoadSecret("", env);
+    if (!key.ok()) {
+      std::fprintf(stderr, "$%s: %s\n", env, key.status().ToString().c_str());
+      return 2;
+    }
+    if (!key.value().empty()) {
+      o.auth_key = key.value();
+      break;
+    }
+  }
+  if (!o.tls_ca.empty()) {
+    wire::TlsFiles files;
+    files.ca_file = o.tls_ca;
+    Result<std::shared_ptr<wire::TlsContext>> tls =
+        wire::TlsContext::Create(wire::TlsContext::Side::kClient, files);
+    if (!tls.ok()) {
+      std::fprintf(stderr, "--tls-ca: %s\n", tls.status().ToString().c_str());
+      return 2;
+    }
+    o.tls = tls.value();
   }
 
   struct PhaseSpec {

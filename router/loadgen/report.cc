@@ -126,6 +126,10 @@ void PrintTable(const std::vector<PhaseReport>& reports, const std::string& labe
       std::printf("WARNING: %lld requests of %s saw non-continuous token indices\n",
                   static_cast<long long>(r.bad_indices), r.name.c_str());
     }
+    if (r.incomplete > 0) {
+      std::printf("WARNING: %lld requests of %s ended without exactly the tokens they asked for\n",
+                  static_cast<long long>(r.incomplete), r.name.c_str());
+    }
     if (!r.first_error.empty()) {
       std::printf("first error (%s): %s\n", r.name.c_str(), r.first_error.c_str());
     }
@@ -140,7 +144,8 @@ std::string Json(const std::vector<PhaseReport>& reports, const std::string& lab
     if (i) j << ",";
     j << "{\"phase\":\"" << r.name << "\",\"requests\":" << r.requests
       << ",\"finished\":" << r.finished << ",\"errors\":" << r.errors
-      << ",\"bad_indices\":" << r.bad_indices << ",\"hit_rate\":" << r.hit_rate
+      << ",\"bad_indices\":" << r.bad_indices << ",\"incomplete\":" << r.incomplete
+      << ",\"tokens\":" << r.tokens << ",\"hit_rate\":" << r.hit_rate
       << ",\"ttft_mean_ms\":" << r.ttft_mean_ms << ",\"ttft_p50_ms\":" << r.ttft_p50_ms
       << ",\"ttft_p99_ms\":" << r.ttft_p99_ms << ",\"e2e_p50_ms\":" << r.e2e_p50_ms
       << ",\"e2e_p99_ms\":" << r.e2e_p99_ms << ",\"wall_s\":" << r.wall_s

@@ -29,6 +29,8 @@ struct PhaseReport {
   int64_t finished = 0;
   int64_t errors = 0;
   int64_t bad_indices = 0;
+  int64_t incomplete = 0;  // ended normally without exactly the tokens asked for (and counted)
+  int64_t tokens = 0;      // tokens received by finished requests
   double hit_rate = 0;
   double ttft_mean_ms = 0, ttft_p50_ms = 0, ttft_p99_ms = 0;
   double e2e_p50_ms = 0, e2e_p99_ms = 0;

@@ -201,6 +201,45 @@ TEST(RouterResilienceTest, AnIdleClusterKeepsItsWorkers) {
   EXPECT_EQ(RunOne(*client, 1, Tokens(20, 3), 4).reason, FinishReason::LENGTH);
 }
 
+// A router behind a partition drops the worker's SYNs without an answer; here a listener whose
+// accept queue is full (backlog 0, one connection nobody accepts) does the same on 127.0.0.1.
+// After 40 s the real router starts on that port: the worker must register within its reconnect
+// backoff (5 s) plus its connect timeout (3 s). Before the worker bounded its connection attempts,
+// the kernel's SYN retransmissions decided (Linux 6.x: 1, 2, 3, 4, 5, 7, 11, 19, 35, 67 s after
+// the first, giving up after about 2 minutes), and the worker came back about 27 s later.
+TEST(RouterResilienceTest, AWorkerRejoinsSoonAfterARouterStopsDroppingItsSyns) {
+  // Close-on-exec: the worker started below must not inherit (and keep) the listener.
+  const int hole = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(hole, 0);
+  const int one = 1;
+  ASSERT_EQ(::setsockopt(hole, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(hole, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(hole, 0), 0);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::getsockname(hole, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const uint16_t port = ntohs(a.sin_port);
+  const int filler = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);  // fills the queue
+  ASSERT_EQ(::connect(filler, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  ASSERT_OK_AND_ASSIGN(auto w0, StartWorker(address, "w0"));
+  std::this_thread::sleep_for(40s);
+  ::close(filler);
+  ::close(hole);
+  ASSERT_OK_AND_ASSIGN(auto router, RouterProcess::Start({"--listen", address}));
+  const auto back = std::chrono::steady_clock::now();
+  ExpectWorkersAlive(*router, 1);
+  const double rejoined =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - back).count();
+  std::printf("SYNs dropped for 40 s: the worker registered %.1f s after the router came back\n",
+              rejoined);
+  EXPECT_LT(rejoined, 15.0);
+  ASSERT_OK_AND_ASSIGN(auto client, router->Connect());
+  EXPECT_EQ(RunOne(*client, 1, Tokens(20, 3), 4).reason, FinishReason::LENGTH);
+}
+
 // 20 peers each send one valid frame (so they are past the handshake deadline), then 3 MiB of a
 // frame that announces 4 MiB, and stop. The server at `port` (process `pid`, started with a 16 MiB
 // buffer budget and a 2 s frame deadline) must close every one of them and hold no more than the
