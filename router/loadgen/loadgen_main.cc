@@ -539,7 +539,10 @@ int Main(int argc, char** argv) {
     // On timeout: report what finished (partial results), then stop with an error.
     PhaseReport report = phase.Report(run.ok() ? spec.name : spec.name + " (timed out)");
     if (before) {
-      Result<Samples> after = Scrape(o.http_host, o.http_port);
+      // After a timeout the router may be out of reach (a partition): a short bound, so that the
+      // client's error comes close to its --timeout-s.
+      const std::chrono::seconds bound(run.ok() ? 3 : 1);
+      Result<Samples> after = Scrape(o.http_host, o.http_port, bound);
       if (after.ok()) AddMetrics(*before, after.value(), &report);
     }
     reports.push_back(std::move(report));

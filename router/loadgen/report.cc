@@ -37,34 +37,48 @@ std::vector<std::string> WorkerNames(const Samples& s) {
 
 }  // namespace
 
-Result<Samples> Scrape(const std::string& http_host, uint16_t http_port) {
+Result<Samples> Scrape(const std::string& http_host, uint16_t http_port,
+                       std::chrono::milliseconds timeout) {
+  // Asynchronous operations under one deadline: Beast's synchronous calls ignore the stream's
+  // timeout, and a router behind a silent partition would hold a synchronous connect for minutes.
+  namespace bhttp = boost::beast::http;
+  asio::io_context io;
+  boost::beast::tcp_stream s(io);
+  bhttp::request<bhttp::empty_body> req(bhttp::verb::get, "/metrics", 11);
+  req.set(bhttp::field::host, http_host);
+  req.keep_alive(false);
+  boost::beast::flat_buffer buffer;
+  bhttp::response<bhttp::string_body> res;
+  boost::system::error_code error = asio::error::timed_out;
+  asio::ip::tcp::endpoint endpoint;
   try {
-    namespace bhttp = boost::beast::http;
-    asio::io_context io;
-    boost::beast::tcp_stream s(io);
-    s.expires_after(std::chrono::seconds(10));
-    s.connect(asio::ip::tcp::endpoint(asio::ip::make_address(http_host), http_port));
-    bhttp::request<bhttp::empty_body> req(bhttp::verb::get, "/metrics", 11);
-    req.set(bhttp::field::host, http_host);
-    req.keep_alive(false);
-    bhttp::write(s, req);
-    boost::beast::flat_buffer buffer;
-    bhttp::response<bhttp::string_body> res;
-    bhttp::read(s, buffer, res);
-    if (res.result_int() != 200) return Status::Unavailable("bad /metrics reply");
-    Samples out;
-    std::istringstream in(res.body());
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#') continue;
-      const size_t sp = line.rfind(' ');
-      if (sp == std::string::npos) continue;
-      out[line.substr(0, sp)] = std::strtod(line.c_str() + sp + 1, nullptr);
-    }
-    return out;
+    endpoint = asio::ip::tcp::endpoint(asio::ip::make_address(http_host), http_port);
   } catch (const std::exception& e) {
-    return Status::Unavailable(std::string("metrics: ") + e.what());
+    return Status::InvalidArgument(std::string("metrics: ") + e.what());
   }
+  s.expires_after(timeout);
+  s.async_connect(endpoint, [&](const boost::system::error_code& ec) {
+    if (ec) return void(error = ec);
+    bhttp::async_write(s, req, [&](const boost::system::error_code& ec, size_t) {
+      if (ec) return void(error = ec);
+      bhttp::async_read(s, buffer, res, [&](const boost::system::error_code& ec, size_t) {
+        error = ec;
+      });
+    });
+  });
+  io.run();  // ends when the exchange does, or at the stream's deadline (timed_out)
+  if (error) return Status::Unavailable("metrics: " + error.message());
+  if (res.result_int() != 200) return Status::Unavailable("bad /metrics reply");
+  Samples out;
+  std::istringstream in(res.body());
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.rfind(' ');
+    if (sp == std::string::npos) continue;
+    out[line.substr(0, sp)] = std::strtod(line.c_str() + sp + 1, nullptr);
+  }
+  return out;
 }
 
 double Percentile(std::vector<double> v, double p) {

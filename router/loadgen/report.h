@@ -3,6 +3,7 @@
 #ifndef CHUNKSERVE_ROUTER_LOADGEN_REPORT_H_
 #define CHUNKSERVE_ROUTER_LOADGEN_REPORT_H_
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -14,8 +15,10 @@ namespace chunkserve::router {
 
 using Samples = std::map<std::string, double>;  // series (name{labels}) -> value
 
-// GET /metrics of the router at http_host:http_port, parsed into samples.
-Result<Samples> Scrape(const std::string& http_host, uint16_t http_port);
+// GET /metrics of the router at http_host:http_port, parsed into samples; Unavailable when the
+// exchange has not finished within `timeout` (a router behind a silent partition).
+Result<Samples> Scrape(const std::string& http_host, uint16_t http_port,
+                       std::chrono::milliseconds timeout = std::chrono::seconds(3));
 
 struct WorkerFigures {
   double routed = 0;

@@ -5,12 +5,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "router/loadgen/report.h"
+#include "runtime/wire/asio.h"
 #include "tests/router/router_test_util.h"
 #include "tests/testing/temp_dir.h"
 
@@ -60,6 +64,24 @@ LoadgenRun RunLoadgen(std::vector<std::string> args, const std::string& env = ""
   text << in.rdbuf();
   run.json = text.str();
   return run;
+}
+
+// A /metrics endpoint that accepts and never answers (a router behind a silent partition) costs
+// the scrape its timeout, not forever: Beast's synchronous calls would ignore the deadline.
+TEST(LoadgenTest, AScrapeOfASilentEndpointEndsAtItsTimeout) {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  asio::ip::tcp::socket held(io);
+  acceptor.async_accept(held, [](const boost::system::error_code&) {});
+  std::thread server([&] { io.run_for(std::chrono::seconds(30)); });
+  const auto start = std::chrono::steady_clock::now();
+  Result<Samples> r = Scrape("127.0.0.1", acceptor.local_endpoint().port(),
+                             std::chrono::milliseconds(300));
+  const auto took = std::chrono::steady_clock::now() - start;
+  io.stop();
+  server.join();
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status();
+  EXPECT_LT(took, std::chrono::seconds(10));  // generous for a loaded machine; the bug hangs
 }
 
 TEST(LoadgenTest, ReportsHitRateForSharedPromptsAndNoneForTheControl) {
