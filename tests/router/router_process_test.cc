@@ -6,10 +6,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "tests/router/router_test_util.h"
@@ -18,6 +18,38 @@ namespace chunkserve::router {
 namespace {
 
 using namespace testing;  // NOLINT: the router test helpers
+
+// Waits until `router` has a load report from each worker with a measured prefill rate (after
+// WarmUp): routers assume a default rate for unmeasured workers (router_test_util.h, WarmUp).
+void ExpectMeasuredRates(const RouterProcess& router, int workers) {
+  for (int i = 0; i < workers; ++i) {
+    const Result<double> rate = WaitForMetric(
+        router.http_port(),
+        "chunkserve_router_worker_reported_prefill_tokens_per_s{worker=\"" + WorkerName(i) + "\"}",
+        [](double v) { return v > 0; }, 30s);
+    ASSERT_OK(rate.status()) << WorkerName(i);
+  }
+}
+
+// The worker's engine progress as its load reports count it (steps + requests ended).
+Result<double> EngineProgress(WorkerProcess& w) {
+  CHUNKSERVE_ASSIGN_OR_RETURN(auto c, w.Connect());
+  DecodedMessage holder;
+  CHUNKSERVE_ASSIGN_OR_RETURN(auto s, Stats(*c, &holder));
+  return static_cast<double>(s.getSteps() + s.getRequestsFinished());
+}
+
+// Waits until `router` holds a load report of worker `i` taken after the worker's last engine
+// step (the worker is idle, so its progress no longer moves): the router then sees the load the
+// worker has now, not a report from before its last request.
+void ExpectCurrentReport(const RouterProcess& router, WorkerProcess& w, int i) {
+  ASSERT_OK_AND_ASSIGN(const double progress, EngineProgress(w));
+  const Result<double> reported = WaitForMetric(
+      router.http_port(),
+      "chunkserve_router_worker_reported_engine_progress{worker=\"" + WorkerName(i) + "\"}",
+      [progress](double v) { return v == progress; }, 30s);
+  ASSERT_OK(reported.status()) << WorkerName(i) << " at progress " << progress;
+}
 
 TEST(RouterProcessTest, SamePrefixLandsOnTheSameWorkerAndHitsItsCache) {
   ASSERT_OK_AND_ASSIGN(auto router, RouterProcess::Start({}));
@@ -28,7 +60,7 @@ TEST(RouterProcessTest, SamePrefixLandsOnTheSameWorkerAndHitsItsCache) {
   }
   ExpectWorkersAlive(*router, 3);
   for (size_t i = 0; i < workers.size(); ++i) WarmUp(*workers[i], static_cast<int>(i));
-  std::this_thread::sleep_for(300ms);  // a load report with the measured rates
+  ASSERT_NO_FATAL_FAILURE(ExpectMeasuredRates(*router, 3));
   ASSERT_OK_AND_ASSIGN(auto client, router->Connect());
   const std::vector<uint32_t> prefix = Tokens(192, 1);  // three full chunks of 64
   constexpr int kRequests = 6;
@@ -196,9 +228,13 @@ TEST(RouterProcessTest, TwoRoutersPlaceANewPrefixOnTheSameWorker) {
     return sum;
   };
   for (int k = 0; k < 4; ++k) {
-    // Loads settle (idle workers, fresh reports on both routers) before each prefix.
-    for (auto& w : workers) ASSERT_TRUE(WorkerIdle(*w));
-    std::this_thread::sleep_for(300ms);
+    // Loads settle before each prefix: idle workers, and on both routers a report from each
+    // taken after its last step.
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(WorkerIdle(*workers[i]));
+      ASSERT_NO_FATAL_FAILURE(ExpectCurrentReport(*r1, *workers[i], i));
+      ASSERT_NO_FATAL_FAILURE(ExpectCurrentReport(*r2, *workers[i], i));
+    }
     std::map<std::string, double> before1, before2;
     for (int i = 0; i < 3; ++i) {
       before1[WorkerName(i)] = RoutedTo(*r1, WorkerName(i));
