@@ -381,11 +381,14 @@ TEST(RouterResilienceTest, OnlyPeersWithTheSecretRegisterAndSubmit) {
   EXPECT_EQ(refused.root().getError().getCode(), wire::schema::ErrorCode::UNAUTHENTICATED);
 
   // Another instance under the live worker's id is refused; once the first is gone, it joins.
-  ASSERT_OK_AND_ASSIGN(auto twin, StartWorker(router->address(), "good", {"--secret-file", secret}));
-  std::this_thread::sleep_for(1s);
-  ASSERT_OK_AND_ASSIGN(double refusals,
+  ASSERT_OK_AND_ASSIGN(const double refused_before,
                        Metric(router->http_port(), "chunkserve_router_workers_refused_total"));
-  EXPECT_GE(refusals, 1);
+  ASSERT_OK_AND_ASSIGN(auto twin,
+                       StartWorker(router->address(), "good", {"--secret-file", secret}));
+  const Result<double> refusals = WaitForMetric(
+      router->http_port(), "chunkserve_router_workers_refused_total",
+      [refused_before](double v) { return v > refused_before; }, 30s);
+  ASSERT_OK(refusals.status()) << "the twin's registration was not refused";
   ASSERT_OK_AND_ASSIGN(double registered,
                        Metric(router->http_port(), "chunkserve_router_workers_registered_total"));
   EXPECT_EQ(registered, 1);
