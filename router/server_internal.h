@@ -85,6 +85,7 @@ struct WorkerLinks {
   // The last load report, corrected for legs that reached their first token or ended since
   // (reports lag; a stale report must not keep a finished request's load on the worker).
   WorkerLoad reported;
+  uint64_t reported_progress = 0;  // engineProgress of the last load report
   std::unique_ptr<asio::steady_timer> connect_timer;
 };
 

@@ -149,6 +149,26 @@ std::string Server::Metrics() {
     o << "chunkserve_router_worker_accepting{worker=\"" << Label(w.info.name) << "\"} "
       << (w.accepting ? 1 : 0) << "\n";
   }
+  // From the last load report of each routable worker: whether a report with the worker's
+  // current state (its engine progress) or a measured prefill rate has arrived yet.
+  auto per_routable = [&](const char* name, const char* type, const char* help, auto value) {
+    o << "# HELP chunkserve_router_" << name << " " << help << "\n# TYPE chunkserve_router_" << name
+      << " " << type << "\n";
+    for (const auto& [id, m] : membership_.members()) {
+      auto it = workers_.find(id);
+      if (it == workers_.end() || !it->second.in_core) continue;
+      o << "chunkserve_router_" << name << "{worker=\"" << Label(m.registration.name) << "\"} "
+        << value(it->second) << "\n";
+    }
+  };
+  per_routable("worker_reported_engine_progress", "gauge",
+               "LoadReport.engineProgress of each routable worker's last report (engine steps + "
+               "requests ended).",
+               [](const WorkerLinks& w) { return w.reported_progress; });
+  per_routable("worker_reported_prefill_tokens_per_s", "gauge",
+               "LoadReport.prefillTokensPerS of each routable worker's last report (0: not "
+               "measured yet; the policy then assumes a default).",
+               [](const WorkerLinks& w) { return w.reported.prefill_tokens_per_s; });
   o << "# HELP chunkserve_router_worker_kv_capacity_bytes KV arena bytes of each routable "
        "worker (Register.capacityKvBytes).\n"
     << "# TYPE chunkserve_router_worker_kv_capacity_bytes gauge\n";

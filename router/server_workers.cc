@@ -217,6 +217,7 @@ void Server::OnLoadReport(Peer& peer, wire::schema::LoadReport::Reader r) {
   if (member == nullptr || it == workers_.end()) return;
   (void)membership_.Renew(peer.worker, Now());
   member->load_reports++;
+  it->second.reported_progress = r.getEngineProgress();
   member->free_kv_bytes = r.getFreeKvBytes();
   member->reported_in_flight = r.getInFlightRequests();
   member->draining = r.getDraining();

@@ -23,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -122,13 +123,22 @@ void ExpectEveryAttemptUnauthenticated(chunkserve_client_t* client,
   }
 }
 
-// The greedy tokens of the in-process engine (same built-in tiny model as the worker).
-std::vector<int32_t> InProcessTokens(const std::vector<int32_t>& prompt, int32_t max_new) {
+// The greedy tokens of the in-process engine (same built-in tiny model as the worker), each
+// prompt run alone, one after the other.
+std::vector<std::vector<int32_t>> InProcessSolo(const std::vector<std::vector<int32_t>>& prompts,
+                                                int32_t max_new) {
+  std::vector<std::vector<int32_t>> out(prompts.size());
   EnginePtr engine = CreateEngineOrDie(SmallEngineOptions());
-  if (engine == nullptr) return {};
-  StreamPtr stream = SubmitOrDie(engine.get(), prompt, max_new);
-  if (stream == nullptr) return {};
-  return Drain(stream.get()).tokens;
+  if (engine == nullptr) return out;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    StreamPtr stream = SubmitOrDie(engine.get(), prompts[i], max_new);
+    if (stream != nullptr) out[i] = Drain(stream.get()).tokens;
+  }
+  return out;
+}
+
+std::vector<int32_t> InProcessTokens(const std::vector<int32_t>& prompt, int32_t max_new) {
+  return InProcessSolo({prompt}, max_new)[0];
 }
 
 // A port on 127.0.0.1 that nothing listens on: bound, then closed.
@@ -794,27 +804,43 @@ TEST(CHUNKSERVE_CLIENT_SUITE, AClientRidesOutARouterRestart) {
   ASSERT_NE(client, nullptr);
 
   constexpr uint64_t kDeadlineMs = 4000;
+  // Each thread cycles through 7 prompts; what they generate alone is what any served attempt
+  // must stream (and any attempt cut short by the restart a prefix of it).
+  auto prompt_of = [](int seed, int i) { return Prompt(24, seed * 1000 + i % 7); };
+  std::map<std::vector<int32_t>, std::vector<int32_t>> solo;
+  {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int seed : {1, 2}) {
+      for (int i = 0; i < 7; ++i) prompts.push_back(prompt_of(seed, i));
+    }
+    const auto tokens = InProcessSolo(prompts, 6);
+    for (size_t i = 0; i < prompts.size(); ++i) solo[prompts[i]] = tokens[i];
+  }
   struct Attempt {
     chunkserve_status_t submit = CHUNKSERVE_STATUS_OK;
     int32_t finish = -1;
     std::chrono::steady_clock::time_point at;
     std::chrono::steady_clock::duration took{};
+    std::vector<int32_t> prompt, tokens;
   };
   std::mutex mu;
   std::vector<Attempt> results;
   std::atomic<bool> stop{false};
   auto load = [&](int seed) {
     for (int i = 0; !stop.load(); ++i) {
-      const std::vector<int32_t> prompt = Prompt(24, seed * 1000 + i % 7);
+      const std::vector<int32_t> prompt = prompt_of(seed, i);
       chunkserve_request_options_t r = RequestFor(prompt, 6);
       r.deadline_ms = kDeadlineMs;
       Attempt res;
+      res.prompt = prompt;
       res.at = std::chrono::steady_clock::now();
       chunkserve_stream_t* raw = nullptr;
       res.submit = chunkserve_client_submit(client.get(), &r, &raw, nullptr);
       if (res.submit == CHUNKSERVE_STATUS_OK) {
         StreamPtr stream(raw);
-        res.finish = Drain(stream.get()).finish.finish_reason;
+        Outcome out = Drain(stream.get());
+        res.finish = out.finish.finish_reason;
+        res.tokens = std::move(out.tokens);
       }
       res.took = std::chrono::steady_clock::now() - res.at;
       {
@@ -861,8 +887,13 @@ TEST(CHUNKSERVE_CLIENT_SUITE, AClientRidesOutARouterRestart) {
       EXPECT_EQ(r.submit, CHUNKSERVE_STATUS_UNAVAILABLE);  // retryable, while reconnecting
       ++refused;
     } else if (r.finish == CHUNKSERVE_FINISH_LENGTH) {
+      EXPECT_EQ(r.tokens, solo[r.prompt]) << "a served request differs from a solo run";
       ++ok;
     } else {
+      const std::vector<int32_t>& want = solo[r.prompt];
+      EXPECT_TRUE(r.tokens.size() <= want.size() &&
+                  std::equal(r.tokens.begin(), r.tokens.end(), want.begin()))
+          << "a request cut short streamed tokens a solo run does not start with";
       // Ended by the restart (connection lost, no worker yet) or by the deadline: never a hang.
       EXPECT_TRUE(r.finish == CHUNKSERVE_FINISH_UNAVAILABLE ||
                   r.finish == CHUNKSERVE_FINISH_DEADLINE)

@@ -396,23 +396,46 @@ TEST_F(EngineTest, DrainFinishesEveryRequest) {
 }
 
 TEST_F(EngineTest, ConcurrentSubmittersAllGetTheirTokens) {
+  constexpr int kThreads = 4, kPerThread = 5;
+  auto request = [](int t, int i) {
+    RequestOptions r;
+    r.prompt = {1, 2, static_cast<TokenId>(t), static_cast<TokenId>(i)};
+    r.max_new_tokens = 3;
+    return r;
+  };
+  // What each request generates alone (one request at a time, on an engine of its own).
+  std::vector<std::vector<std::vector<TokenId>>> solo(kThreads);
+  {
+    auto engine = Engine::Create(Options());
+    ASSERT_OK(engine.status());
+    for (int t = 0; t < kThreads; ++t) {
+      for (int i = 0; i < kPerThread; ++i) {
+        ASSERT_OK_AND_ASSIGN(auto s, (*engine)->Submit(request(t, i)));
+        solo[t].push_back(Drain(*s).tokens);
+      }
+    }
+  }
   auto engine = Engine::Create(Options());
   ASSERT_OK(engine.status());
+  std::vector<std::vector<Outcome>> got(kThreads);
   std::vector<std::thread> threads;
-  std::atomic<int> ok{0};
-  for (int t = 0; t < 4; ++t) {
+  for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      for (int i = 0; i < 5; ++i) {
-        RequestOptions r;
-        r.prompt = {1, 2, static_cast<TokenId>(t), static_cast<TokenId>(i)};
-        r.max_new_tokens = 3;
-        auto s = (*engine)->Submit(r);
-        if (s.ok() && Drain(**s).tokens.size() == 3) ++ok;
+      for (int i = 0; i < kPerThread; ++i) {
+        auto s = (*engine)->Submit(request(t, i));
+        EXPECT_OK(s.status());
+        got[t].push_back(s.ok() ? Drain(**s) : Outcome{});
       }
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_EQ(ok.load(), 20);
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kPerThread; ++i) {
+      EXPECT_EQ(got[t][i].finish.reason, FinishReason::kLength) << t << "/" << i;
+      EXPECT_EQ(got[t][i].tokens.size(), 3u) << t << "/" << i;
+      EXPECT_EQ(got[t][i].tokens, solo[t][i]) << t << "/" << i << " differs from a solo run";
+    }
+  }
 }
 
 TEST(EngineCreateTest, RandomWeightsOnlyWhenAskedFor) {

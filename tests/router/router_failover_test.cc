@@ -56,13 +56,15 @@ TEST(RouterFailoverTest, SigkilledWorkerMidStreamLosesNothingAndDuplicatesNothin
 }
 
 TEST(RouterFailoverTest, StoppedWorkerLosesItsLeaseAndItsRequestsMove) {
+  const std::vector<uint32_t> prompt = Tokens(90, 8);
+  ASSERT_OK_AND_ASSIGN(const auto reference, SoloGreedy({prompt}, 400));
   ASSERT_OK_AND_ASSIGN(auto router, RouterProcess::Start({"--lease-ms", "1000"}));
   ASSERT_OK_AND_ASSIGN(auto w0, StartWorker(router->address(), "w0"));
   ASSERT_OK_AND_ASSIGN(auto w1, StartWorker(router->address(), "w1"));
   ExpectWorkersAlive(*router, 2);
   ASSERT_OK_AND_ASSIGN(auto client, router->Connect());
   std::map<uint64_t, Outcome> outcomes;
-  ASSERT_OK(SendGenerate(*client, 1, Tokens(90, 8), 400));
+  ASSERT_OK(SendGenerate(*client, 1, prompt, 400));
   ReceiveTokens(*client, 1, 2, &outcomes);
   WorkerProcess* victim = RoutedTo(*router, "w0") == 1 ? w0.get() : w1.get();
   // SIGSTOP: the links stay open, only the lease (load reports) tells the router.
@@ -74,7 +76,7 @@ TEST(RouterFailoverTest, StoppedWorkerLosesItsLeaseAndItsRequestsMove) {
   ASSERT_OK(victim->Signal(SIGCONT));
   EXPECT_TRUE(outcomes[1].finished);
   EXPECT_EQ(outcomes[1].reason, FinishReason::LENGTH);
-  EXPECT_EQ(outcomes[1].tokens.size(), 400u);
+  EXPECT_EQ(outcomes[1].tokens, reference[0]) << "the moved request differs from a solo run";
   EXPECT_TRUE(outcomes[1].indices_continuous);
   ASSERT_OK(expired.status());
   EXPECT_GE(expired.value(), 1);
@@ -96,7 +98,17 @@ TEST(RouterFailoverTest, DrainingWorkerStopsGettingRequestsAndLosesNoToken) {
   constexpr int kRequests = 3;
   std::vector<std::vector<uint32_t>> prompts;
   for (int i = 0; i < kRequests; ++i) prompts.push_back(Concat(Tokens(130, 40 + i), Tokens(9, i)));
-  ASSERT_OK_AND_ASSIGN(const auto reference, SoloGreedy(prompts, kMaxNew));
+  // And 4 short requests sent while the victim drains: a prefix it holds, and fresh ones.
+  std::vector<std::vector<uint32_t>> fresh_prompts;
+  for (int i = 0; i < 4; ++i) {
+    fresh_prompts.push_back(i < 2 ? Concat(Tokens(130, 40 + i), Tokens(5, 60 + i))
+                                  : Tokens(80, 70 + i));
+  }
+  std::vector<std::vector<uint32_t>> all_prompts = prompts;
+  all_prompts.insert(all_prompts.end(), fresh_prompts.begin(), fresh_prompts.end());
+  std::vector<int32_t> all_max_new(kRequests, kMaxNew);
+  all_max_new.resize(all_prompts.size(), 8);
+  ASSERT_OK_AND_ASSIGN(const auto reference, SoloGreedy(all_prompts, all_max_new));
   ASSERT_OK_AND_ASSIGN(auto router, RouterProcess::Start({"--lease-ms", "60000"}));
   // Both get the short drain deadline; whichever carries more requests is drained.
   ASSERT_OK_AND_ASSIGN(auto w0,
@@ -135,16 +147,16 @@ TEST(RouterFailoverTest, DrainingWorkerStopsGettingRequestsAndLosesNoToken) {
   std::vector<uint64_t> fresh;
   for (int i = 0; i < 4; ++i) {
     const uint64_t id = 100 + i;
-    const auto prompt = i < 2 ? Concat(Tokens(130, 40 + i), Tokens(5, 60 + i)) : Tokens(80, 70 + i);
-    ASSERT_OK(SendGenerate(*client, id, prompt, 8));
+    ASSERT_OK(SendGenerate(*client, id, fresh_prompts[i], 8));
     fresh.push_back(id);
   }
   outcomes = ReceiveAll(*client, fresh, outcomes);
-  for (uint64_t id : fresh) {
-    const Outcome& o = outcomes[id];
-    ASSERT_TRUE(o.finished) << "request " << id;
+  for (int i = 0; i < 4; ++i) {
+    const Outcome& o = outcomes[fresh[i]];
+    ASSERT_TRUE(o.finished) << "request " << fresh[i];
     EXPECT_EQ(o.reason, FinishReason::LENGTH);
-    EXPECT_EQ(o.tokens.size(), 8u);
+    EXPECT_EQ(o.tokens, reference[kRequests + i])
+        << "request " << fresh[i] << " differs from a solo run";
   }
   ASSERT_OK_AND_ASSIGN(double refusals_after,
                        Metric(router->http_port(), "chunkserve_router_worker_refusals_total"));

@@ -6,10 +6,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "tests/router/router_test_util.h"
@@ -19,7 +19,44 @@ namespace {
 
 using namespace testing;  // NOLINT: the router test helpers
 
+// Waits until `router` has a load report from each worker with a measured prefill rate (after
+// WarmUp): routers assume a default rate for unmeasured workers (router_test_util.h, WarmUp).
+void ExpectMeasuredRates(const RouterProcess& router, int workers) {
+  for (int i = 0; i < workers; ++i) {
+    const Result<double> rate = WaitForMetric(
+        router.http_port(),
+        "chunkserve_router_worker_reported_prefill_tokens_per_s{worker=\"" + WorkerName(i) + "\"}",
+        [](double v) { return v > 0; }, 30s);
+    ASSERT_OK(rate.status()) << WorkerName(i);
+  }
+}
+
+// The worker's engine progress as its load reports count it (steps + requests ended).
+Result<double> EngineProgress(WorkerProcess& w) {
+  CHUNKSERVE_ASSIGN_OR_RETURN(auto c, w.Connect());
+  DecodedMessage holder;
+  CHUNKSERVE_ASSIGN_OR_RETURN(auto s, Stats(*c, &holder));
+  return static_cast<double>(s.getSteps() + s.getRequestsFinished());
+}
+
+// Waits until `router` holds a load report of worker `i` taken after the worker's last engine
+// step (the worker is idle, so its progress no longer moves): the router then sees the load the
+// worker has now, not a report from before its last request.
+void ExpectCurrentReport(const RouterProcess& router, WorkerProcess& w, int i) {
+  ASSERT_OK_AND_ASSIGN(const double progress, EngineProgress(w));
+  const Result<double> reported = WaitForMetric(
+      router.http_port(),
+      "chunkserve_router_worker_reported_engine_progress{worker=\"" + WorkerName(i) + "\"}",
+      [progress](double v) { return v == progress; }, 30s);
+  ASSERT_OK(reported.status()) << WorkerName(i) << " at progress " << progress;
+}
+
 TEST(RouterProcessTest, SamePrefixLandsOnTheSameWorkerAndHitsItsCache) {
+  const std::vector<uint32_t> prefix = Tokens(192, 1);  // three full chunks of 64
+  constexpr int kRequests = 6;
+  std::vector<std::vector<uint32_t>> prompts;
+  for (int i = 0; i < kRequests; ++i) prompts.push_back(Concat(prefix, Tokens(20, 50 + i)));
+  ASSERT_OK_AND_ASSIGN(const auto solo, SoloGreedy(prompts, 4));
   ASSERT_OK_AND_ASSIGN(auto router, RouterProcess::Start({}));
   std::vector<std::unique_ptr<WorkerProcess>> workers;
   for (int i = 0; i < 3; ++i) {
@@ -28,17 +65,15 @@ TEST(RouterProcessTest, SamePrefixLandsOnTheSameWorkerAndHitsItsCache) {
   }
   ExpectWorkersAlive(*router, 3);
   for (size_t i = 0; i < workers.size(); ++i) WarmUp(*workers[i], static_cast<int>(i));
-  std::this_thread::sleep_for(300ms);  // a load report with the measured rates
+  ASSERT_NO_FATAL_FAILURE(ExpectMeasuredRates(*router, 3));
   ASSERT_OK_AND_ASSIGN(auto client, router->Connect());
-  const std::vector<uint32_t> prefix = Tokens(192, 1);  // three full chunks of 64
-  constexpr int kRequests = 6;
   double client_cached = 0;
   for (int i = 0; i < kRequests; ++i) {
-    const Outcome o = RunOne(*client, 100 + i, Concat(prefix, Tokens(20, 50 + i)), 4);
+    const Outcome o = RunOne(*client, 100 + i, prompts[i], 4);
     ASSERT_TRUE(o.finished);
     client_cached += o.cached;
     EXPECT_EQ(o.reason, FinishReason::LENGTH);
-    EXPECT_EQ(o.tokens.size(), 4u);
+    EXPECT_EQ(o.tokens, solo[i]) << "request " << i << " differs from a solo run";
     EXPECT_EQ(o.prompt_tokens, 212);
     if (i > 0) {
       EXPECT_GE(o.cached, 192) << "request " << i;
@@ -122,6 +157,13 @@ TEST(RouterProcessTest, LoadCapSpillsToAnotherWorkerThenOverloadIsRetryable) {
   const Outcome after = RunOne(*client, 4, prompt, 3);
   EXPECT_TRUE(after.finished);
   EXPECT_EQ(after.tokens.size(), 3u);
+  // Each stream, cut short or whole, is where the prompt's solo run starts.
+  const size_t longest =
+      std::max({outcomes[1].tokens.size(), outcomes[2].tokens.size(), size_t{3}});
+  ASSERT_OK_AND_ASSIGN(const auto solo, SoloGreedy({prompt}, static_cast<int32_t>(longest)));
+  EXPECT_TRUE(StartsLike(outcomes[1].tokens, solo[0]));
+  EXPECT_TRUE(StartsLike(outcomes[2].tokens, solo[0]));
+  EXPECT_TRUE(StartsLike(after.tokens, solo[0]));
   ASSERT_OK_AND_ASSIGN(double overloaded,
                        Metric(router->http_port(), "chunkserve_router_requests_overloaded_total"));
   EXPECT_EQ(overloaded, 1);
@@ -177,6 +219,10 @@ TEST(RouterProcessTest, RestartedRouterRebuildsTheIndexFromSnapshotsAndWorkersRe
 }
 
 TEST(RouterProcessTest, TwoRoutersPlaceANewPrefixOnTheSameWorker) {
+  constexpr int kPrefixes = 4;
+  std::vector<std::vector<uint32_t>> prompts;
+  for (int k = 0; k < kPrefixes; ++k) prompts.push_back(Concat(Tokens(128, 300 + k), Tokens(4, k)));
+  ASSERT_OK_AND_ASSIGN(const auto solo, SoloGreedy(prompts, 2));
   ASSERT_OK_AND_ASSIGN(auto r1, RouterProcess::Start({}));
   ASSERT_OK_AND_ASSIGN(auto r2, RouterProcess::Start({}));
   const std::string both = r1->address() + "," + r2->address();
@@ -195,10 +241,14 @@ TEST(RouterProcessTest, TwoRoutersPlaceANewPrefixOnTheSameWorker) {
     for (int i = 0; i < 3; ++i) sum += RoutedTo(r, WorkerName(i));
     return sum;
   };
-  for (int k = 0; k < 4; ++k) {
-    // Loads settle (idle workers, fresh reports on both routers) before each prefix.
-    for (auto& w : workers) ASSERT_TRUE(WorkerIdle(*w));
-    std::this_thread::sleep_for(300ms);
+  for (int k = 0; k < kPrefixes; ++k) {
+    // Loads settle before each prefix: idle workers, and on both routers a report from each
+    // taken after its last step.
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(WorkerIdle(*workers[i]));
+      ASSERT_NO_FATAL_FAILURE(ExpectCurrentReport(*r1, *workers[i], i));
+      ASSERT_NO_FATAL_FAILURE(ExpectCurrentReport(*r2, *workers[i], i));
+    }
     std::map<std::string, double> before1, before2;
     for (int i = 0; i < 3; ++i) {
       before1[WorkerName(i)] = RoutedTo(*r1, WorkerName(i));
@@ -209,15 +259,19 @@ TEST(RouterProcessTest, TwoRoutersPlaceANewPrefixOnTheSameWorker) {
     // router has seen it and neither can learn the other's pick (no KV events, no load
     // reports), so only deterministic placement makes them agree.
     for (auto& w : workers) ASSERT_OK(w->Signal(SIGSTOP));
-    const std::vector<uint32_t> prompt = Concat(Tokens(128, 300 + k), Tokens(4, k));
+    const std::vector<uint32_t>& prompt = prompts[k];
     ASSERT_OK(SendGenerate(*c1, 10 + k, prompt, 2));
     ASSERT_OK(SendGenerate(*c2, 10 + k, prompt, 2));
     const bool routed =
         WaitFor([&] { return routed_sum(*r1) > sum1 && routed_sum(*r2) > sum2; }, 30s);
     for (auto& w : workers) ASSERT_OK(w->Signal(SIGCONT));
     ASSERT_TRUE(routed);
-    ASSERT_TRUE(ReceiveAll(*c1, {static_cast<uint64_t>(10 + k)})[10 + k].finished);
-    ASSERT_TRUE(ReceiveAll(*c2, {static_cast<uint64_t>(10 + k)})[10 + k].finished);
+    const uint64_t id = 10 + k;
+    const Outcome o1 = ReceiveAll(*c1, {id})[id], o2 = ReceiveAll(*c2, {id})[id];
+    ASSERT_TRUE(o1.finished);
+    ASSERT_TRUE(o2.finished);
+    EXPECT_EQ(o1.tokens, solo[k]) << "prefix " << k << " through router 1";
+    EXPECT_EQ(o2.tokens, solo[k]) << "prefix " << k << " through router 2";
     std::string pick1, pick2;
     for (int i = 0; i < 3; ++i) {
       const std::string w = WorkerName(i);

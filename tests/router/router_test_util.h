@@ -181,22 +181,34 @@ inline Outcome RunOne(WireClient& c, uint64_t id, const std::vector<uint32_t>& p
   return ReceiveAll(c, {id})[id];
 }
 
-// The greedy tokens of each prompt (max_new each) from one worker alone, with no router: what a
-// run through the router must reproduce token for token, whatever happens to its workers.
+// The greedy tokens of each prompt (max_new[i] for prompt i) from one worker alone, with no
+// router, one request at a time: what a run through the router must reproduce token for token,
+// whatever else runs beside it and whatever happens to its workers.
 inline Result<std::vector<std::vector<uint32_t>>> SoloGreedy(
-    const std::vector<std::vector<uint32_t>>& prompts, int32_t max_new) {
+    const std::vector<std::vector<uint32_t>>& prompts, const std::vector<int32_t>& max_new) {
+  if (max_new.size() != prompts.size()) return Status::InvalidArgument("one max_new per prompt");
   CHUNKSERVE_ASSIGN_OR_RETURN(auto solo, WorkerProcess::Start(kWorkerArgs));
   CHUNKSERVE_ASSIGN_OR_RETURN(auto c, solo->Connect());
   std::vector<std::vector<uint32_t>> out;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    Outcome o = RunOne(*c, 1 + i, prompts[i], max_new);
-    if (o.tokens.size() != static_cast<size_t>(max_new)) {
+    Outcome o = RunOne(*c, 1 + i, prompts[i], max_new[i]);
+    if (o.tokens.size() != static_cast<size_t>(max_new[i])) {
       return Status::Internal("solo run of prompt " + std::to_string(i) + " produced " +
                               std::to_string(o.tokens.size()) + " tokens");
     }
     out.push_back(std::move(o.tokens));
   }
   return out;
+}
+
+inline Result<std::vector<std::vector<uint32_t>>> SoloGreedy(
+    const std::vector<std::vector<uint32_t>>& prompts, int32_t max_new) {
+  return SoloGreedy(prompts, std::vector<int32_t>(prompts.size(), max_new));
+}
+
+// Whether `tokens` (a stream cut short, or whole) is where `solo` starts.
+inline bool StartsLike(const std::vector<uint32_t>& tokens, const std::vector<uint32_t>& solo) {
+  return tokens.size() <= solo.size() && std::equal(tokens.begin(), tokens.end(), solo.begin());
 }
 
 // Receives until request `id` has at least `n` tokens (or ended).
