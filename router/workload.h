@@ -160,16 +160,8 @@ struct TraceOptions {
   bool synthesize_tokens = false;  // block-hash requests get real prompt tokens (loadgen)
   int32_t vocab_size = 32000;
   uint64_t seed = 1;
-  // multi_turn / agent.
-  int32_t system_tokens = 256;  // multi_turn: the system prompt every conversation starts with
-  int32_t min_turns = 2;
-  int32_t max_turns = 12;
-  int32_t max_prompt_tokens = 32768;  // a conversation ends before its prompt passes this
-  int32_t active_conversations = 256;
 };
 
-// The default options of a family (see WorkloadFamily).
-WorkloadOptions ForFamily(WorkloadFamily family);
 Result<std::unique_ptr<WorkloadSource>> LoadTrace(const std::string& path,
                                                   const TraceOptions& options);
 Result<std::unique_ptr<WorkloadSource>> ParseTrace(std::string_view text,
