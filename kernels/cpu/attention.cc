@@ -208,7 +208,7 @@ KernelStatus TppDecode(const TppDecodeParams& p) {
     BuildSegments(p.plan, p.kv.num_kv_heads, p.num_qo_heads / p.kv.num_kv_heads, p.kv.head_dim,
                   p.pool->scratch_bytes(), threads, &ws);
   }
-  if (isa == CpuIsa::kAvx2) {
+  if (isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvx512) {  // no AVX-512 build yet
     avx2::TppDecode(p, ws, threads);
   } else {
     scalar::TppDecode(p, ws, threads);
@@ -231,7 +231,7 @@ KernelStatus PagedDecode(const PagedDecodeParams& p) {
     return KernelStatus::kResourceExhausted;
   }
   const int32_t threads = Threads(*p.pool, p.num_threads);
-  if (isa == CpuIsa::kAvx2) {
+  if (isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvx512) {  // no AVX-512 build yet
     avx2::PagedDecode(p, threads);
   } else {
     scalar::PagedDecode(p, threads);
@@ -265,7 +265,7 @@ KernelStatus PrefillAttention(const PrefillAttentionParams& p) {
     return KernelStatus::kResourceExhausted;
   }
   const int32_t threads = Threads(*p.pool, p.num_threads);
-  if (isa == CpuIsa::kAvx2) {
+  if (isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvx512) {  // no AVX-512 build yet
     avx2::PrefillAttention(p, threads);
   } else {
     scalar::PrefillAttention(p, threads);

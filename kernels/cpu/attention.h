@@ -31,7 +31,7 @@
 //
 // Errors: each kernel validates its params (pointers, shapes, plan indices and lengths) and
 // returns kInvalidArgument without writing anything when they are wrong; kUnsupported when
-// CpuIsa::kAvx2 is asked for on a CPU without AVX2/FMA/F16C; kResourceExhausted when the workspace
+// an ISA the CPU lacks is asked for; kResourceExhausted when the workspace
 // or the pool's scratch is too small.
 //
 // Thread safety: kernels only read their inputs and write their outputs and workspace; concurrent

@@ -21,11 +21,12 @@ enum class KernelStatus : int32_t {
 // "ok", "invalid argument", ...; never null.
 const char* KernelStatusName(KernelStatus status);
 
-// Instruction set a kernel call runs on. kAuto takes $CHUNKSERVE_CPU_ISA when set ("scalar" or
-// "avx2"), else the best the CPU supports. kAvx2 means AVX2 + FMA + F16C. kScalar is portable C++
-// (the compiler may still use the SSE2 every x86-64 has); it exists for old CPUs and so that tests
-// exercise both paths.
-enum class CpuIsa : int32_t { kAuto = 0, kScalar = 1, kAvx2 = 2 };
+// Instruction set a kernel call runs on. kAuto takes $CHUNKSERVE_CPU_ISA when set ("scalar",
+// "avx2" or "avx512"), else the best the CPU supports. kAvx2 means AVX2 + FMA + F16C; kAvx512
+// means that plus AVX-512 F/BW/VL/DQ. kScalar is portable C++ (the compiler may still use the SSE2
+// every x86-64 has); it exists for old CPUs and so that tests exercise every path. The GEMM has an
+// AVX-512 build; the attention and KV kernels run their AVX2 build when asked for kAvx512.
+enum class CpuIsa : int32_t { kAuto = 0, kScalar = 1, kAvx2 = 2, kAvx512 = 3 };
 
 // Shape limits shared by every CPU attention kernel.
 inline constexpr int32_t kMinChunkSize = 16;

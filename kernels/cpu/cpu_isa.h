@@ -1,9 +1,10 @@
 // Run-time instruction-set selection for the CPU kernels.
 //
-// The library is built for baseline x86-64; the AVX2 kernels live in their own translation unit
-// compiled under `#pragma GCC target("avx2,fma,f16c")` and are entered only after
-// __builtin_cpu_supports says the CPU has all three. $CHUNKSERVE_CPU_ISA ("scalar" or "avx2")
-// overrides the detection for every call that asks for CpuIsa::kAuto; it is read once per process.
+// The library is built for baseline x86-64; the AVX2 and AVX-512 kernels live in their own
+// translation units compiled under `#pragma GCC target(...)` and are entered only after
+// __builtin_cpu_supports says the CPU has every feature they were built for. $CHUNKSERVE_CPU_ISA
+// ("scalar", "avx2" or "avx512") overrides the detection for every call that asks for
+// CpuIsa::kAuto; it is read once per process.
 //
 // Thread safety: all functions are safe to call from any thread.
 #ifndef CHUNKSERVE_KERNELS_CPU_CPU_ISA_H_
@@ -13,19 +14,22 @@
 
 namespace chunkserve::kernels::cpu {
 
-// The best ISA this CPU supports (kAvx2 or kScalar), ignoring the environment.
+// The best ISA this CPU supports (kAvx512, kAvx2 or kScalar), ignoring the environment.
 CpuIsa DetectCpuIsa();
 
-// "scalar" -> kScalar, "avx2" -> kAvx2, "auto" or "" or null -> kAuto; anything else -> kAuto and
-// *ok = false (when ok is not null).
+// Whether this CPU runs `isa` (kScalar and kAuto: always).
+bool CpuSupports(CpuIsa isa);
+
+// "scalar" -> kScalar, "avx2" -> kAvx2, "avx512" -> kAvx512, "auto" or "" or null -> kAuto;
+// anything else -> kAuto and *ok = false (when ok is not null).
 CpuIsa ParseCpuIsa(const char* text, bool* ok = nullptr);
 
-// "auto", "scalar", "avx2".
+// "auto", "scalar", "avx2", "avx512".
 const char* CpuIsaName(CpuIsa isa);
 
 // What a call asking for `requested` runs on: kAuto becomes $CHUNKSERVE_CPU_ISA or DetectCpuIsa();
 // an explicit request is returned as is. Returns kUnsupported in *status (and kScalar) when the
-// result is kAvx2 on a CPU without it; *status is kOk otherwise.
+// CPU does not support the result; *status is kOk otherwise.
 CpuIsa ResolveCpuIsa(CpuIsa requested, KernelStatus* status);
 
 }  // namespace chunkserve::kernels::cpu

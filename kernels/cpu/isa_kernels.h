@@ -1,4 +1,4 @@
-// Internal: the per-ISA entry points behind attention.h and kv_append.h, and the sizes both sides
+// Internal: the per-ISA entry points behind attention.h, kv_append.h and gemm.h, and the sizes both sides
 // agree on. attention_impl.h defines them once per ISA namespace (avx2, scalar); attention.cc and
 // kv_append.cc validate params, resolve the ISA and call one of them. Nothing here validates.
 #ifndef CHUNKSERVE_KERNELS_CPU_ISA_KERNELS_H_
@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kv_append.h"
 
 namespace chunkserve::kernels::cpu {
@@ -76,6 +77,17 @@ struct TppWorkspace {
 CHUNKSERVE_DECLARE_ISA_KERNELS(avx2)
 CHUNKSERVE_DECLARE_ISA_KERNELS(scalar)
 #undef CHUNKSERVE_DECLARE_ISA_KERNELS
+
+// gemm_impl.h, compiled for AVX-512 too (the attention kernels have no AVX-512 build yet): output
+// panels [panel_begin, panel_end) of a validated GemmParams, on the calling thread.
+#define CHUNKSERVE_DECLARE_ISA_GEMM(isa) \
+  namespace isa {                        \
+  void GemmPanels(const GemmParams& params, int64_t panel_begin, int64_t panel_end); \
+  }
+CHUNKSERVE_DECLARE_ISA_GEMM(avx512)
+CHUNKSERVE_DECLARE_ISA_GEMM(avx2)
+CHUNKSERVE_DECLARE_ISA_GEMM(scalar)
+#undef CHUNKSERVE_DECLARE_ISA_GEMM
 
 }  // namespace chunkserve::kernels::cpu
 

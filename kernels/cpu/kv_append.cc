@@ -32,7 +32,7 @@ KernelStatus KvAppend(const KvAppendParams& p) {
   KernelStatus status;
   const CpuIsa isa = ResolveCpuIsa(p.isa, &status);
   if (status != KernelStatus::kOk) return status;
-  if (isa == CpuIsa::kAvx2) {
+  if (isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvx512) {  // no AVX-512 build yet
     avx2::KvAppend(p);
   } else {
     scalar::KvAppend(p);

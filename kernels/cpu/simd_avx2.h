@@ -17,6 +17,8 @@ namespace chunkserve::kernels::cpu::avx2 {
 struct F8 {
   __m256 v;
 };
+using Vec = F8;
+inline constexpr int kLanes = 8;
 
 inline F8 Zero() { return {_mm256_setzero_ps()}; }
 inline F8 Set1(float x) { return {_mm256_set1_ps(x)}; }

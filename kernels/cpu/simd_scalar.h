@@ -17,6 +17,8 @@ namespace chunkserve::kernels::cpu::scalar {
 struct F8 {
   float v[8];
 };
+using Vec = F8;
+inline constexpr int kLanes = 8;
 
 inline F8 Zero() { return F8{}; }
 inline F8 Set1(float x) {

@@ -51,6 +51,9 @@ struct Tensor {
   void* data = nullptr;
   kernels::DType dtype = kernels::DType::kF32;
   int64_t numel = 0;
+  // A Linear weight in the backend's own layout (UploadLinearWeight; the CPU's packed panels of
+  // kernels/cpu/gemm.h): only Linear and Embed read it, and From() does not apply.
+  bool packed = false;
 
   // The same buffer from element `offset` on (a row range of a [rows, cols] tensor).
   Tensor From(int64_t offset) const {
@@ -96,6 +99,14 @@ class Backend {
   // A weight: `numel` elements of host memory `src` (checkpoint dtype `src_dtype`), converted to
   // compute_dtype(). Kept until the backend is destroyed.
   virtual Result<Tensor> UploadWeights(const void* src, model::DType src_dtype, int64_t numel) = 0;
+  // A Linear's weight W [out, in] (row-major host memory, checkpoint dtype `src_dtype`), stored
+  // the way this backend's Linear reads it fastest, possibly in its checkpoint dtype (the CPU keeps
+  // fp16 / bf16 weights half-size, packed in panels); Embed takes it too, for an embedding table
+  // that is also the LM head. Default: UploadWeights.
+  virtual Result<Tensor> UploadLinearWeight(const void* src, model::DType src_dtype, int64_t out,
+                                            int64_t in) {
+    return UploadWeights(src, src_dtype, out * in);
+  }
   virtual Result<Tensor> UploadFloats(std::span<const float> values) = 0;  // fp32 constants
   // Copies a step's index arrays where the kernels read them; one pointer per section, valid
   // until the next StageIndices.
@@ -108,14 +119,16 @@ class Backend {
   // --- Operations -------------------------------------------------------------------------
   // Copies positions [0, num_tokens) of layer `layer`'s K and V from slot src to slot dst.
   virtual Status KvCopy(int32_t layer, int32_t src_slot, int32_t dst_slot, int32_t num_tokens) = 0;
-  // out[i] = table[ids[i]] widened to fp32: table [vocab, dim] compute dtype, out [n, dim] fp32.
+  // out[i] = table[ids[i]] widened to fp32: table [vocab, dim] compute dtype (or an
+  // UploadLinearWeight tensor), out [n, dim] fp32.
   virtual Status Embed(const Tensor& table, int32_t vocab, int32_t dim, const int32_t* ids,
                        int32_t n, Tensor* out) = 0;
   // y = rmsnorm(x) * weight: x [rows, dim] fp32, weight compute dtype, y [rows, dim] compute.
   virtual Status RmsNorm(const Tensor& x, const Tensor& weight, Tensor* y, int32_t rows,
                          int32_t dim, float eps) = 0;
-  // y (+)= x W^T (+ bias): x [rows, in] compute, W [out, in] and bias [out] compute, y [rows, out]
-  // fp32 or compute dtype (its Tensor's dtype); `accumulate` adds to y (beta 1).
+  // y (+)= x W^T (+ bias): x [rows, in] compute, W [out, in] (compute dtype, or an
+  // UploadLinearWeight tensor) and bias [out] compute, y [rows, out] fp32 or compute dtype (its
+  // Tensor's dtype); `accumulate` adds to y (beta 1).
   virtual Status Linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor* y,
                         int32_t rows, int32_t out, int32_t in, bool accumulate) = 0;
   // Rotates x [rows, heads, head_dim] (compute dtype) in place; inv_freq fp32 [head_dim / 2].

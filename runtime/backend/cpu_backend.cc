@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/dtype.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kv_append.h"
 #include "kernels/cpu/model_ops.h"
 #include "runtime/backend/row_logprobs.h"
@@ -82,6 +83,21 @@ Result<Tensor> CpuBackend::UploadWeights(const void* src, model::DType src_dtype
   return t;
 }
 
+Result<Tensor> CpuBackend::UploadLinearWeight(const void* src, model::DType src_dtype,
+                                              int64_t out, int64_t in) {
+  if (src == nullptr) return Status::InvalidArgument("null weights");
+  const int64_t numel = kc::PackedWeightElements(out, in);
+  if (numel == 0) return Status::InvalidArgument("bad Linear weight shape");
+  CHUNKSERVE_ASSIGN_OR_RETURN(Tensor t, Allocate(src_dtype, numel));
+  const kc::KernelStatus s = kc::PackWeights(src, src_dtype, out, in, src_dtype, t.data);
+  if (s != kc::KernelStatus::kOk) {
+    Release(&t);
+    return FromKernel(s, "PackWeights");
+  }
+  t.packed = true;
+  return t;
+}
+
 Result<Tensor> CpuBackend::UploadFloats(std::span<const float> values) {
   CHUNKSERVE_ASSIGN_OR_RETURN(Tensor t, Allocate(DType::kF32, static_cast<int64_t>(values.size())));
   if (!values.empty()) std::memcpy(t.data, values.data(), values.size_bytes());
@@ -147,11 +163,17 @@ Status CpuBackend::KvCopy(int32_t layer, int32_t src_slot, int32_t dst_slot, int
 
 Status CpuBackend::Embed(const Tensor& table, int32_t vocab, int32_t dim, const int32_t* ids,
                          int32_t n, Tensor* out) {
-  CHUNKSERVE_RETURN_IF_ERROR(NeedF32(table, "Embed"));
+  if (!table.packed) CHUNKSERVE_RETURN_IF_ERROR(NeedF32(table, "Embed"));
+  if (table.packed && table.numel < kc::PackedWeightElements(vocab, dim)) {
+    return Status::InvalidArgument("Embed: the table is smaller than [vocab, dim]");
+  }
   CHUNKSERVE_RETURN_IF_ERROR(NeedF32(*out, "Embed"));
   for (int32_t i = 0; i < n; ++i) {
     float* dst = F(*out) + static_cast<size_t>(i) * dim;
-    if (ids[i] >= 0 && ids[i] < vocab) {
+    if (ids[i] >= 0 && ids[i] < vocab && table.packed) {
+      CHUNKSERVE_RETURN_IF_ERROR(FromKernel(
+          kc::UnpackWeightRow(table.data, table.dtype, vocab, dim, ids[i], dst), "Embed"));
+    } else if (ids[i] >= 0 && ids[i] < vocab) {
       std::memcpy(dst, F(table) + static_cast<size_t>(ids[i]) * dim, dim * sizeof(float));
     } else {
       std::fill(dst, dst + dim, 0.0f);  // as the CUDA gather: a bad id gives a zero row
@@ -172,11 +194,32 @@ Status CpuBackend::Linear(const Tensor& x, const Tensor& w, const Tensor* bias, 
   CHUNKSERVE_RETURN_IF_ERROR(NeedF32(*y, "Linear"));
   if (tokens < 0 || out < 1 || in < 1) return Status::InvalidArgument("Linear: bad shape");
   if (tokens == 0) return Status::Ok();
+  const float* bias_data = bias != nullptr && bias->data != nullptr ? F(*bias) : nullptr;
+  if (w.packed) {
+    if (w.numel < kc::PackedWeightElements(out, in)) {
+      return Status::InvalidArgument("Linear: the weight is smaller than [out, in]");
+    }
+    kc::GemmParams p;
+    p.x = F(x);
+    p.ldx = in;
+    p.w = w.data;
+    p.w_dtype = w.dtype;
+    p.bias = bias_data;
+    p.y = F(*y);
+    p.ldy = out;
+    p.m = tokens;
+    p.n = out;
+    p.k = in;
+    p.accumulate = accumulate;
+    p.pool = pool_.get();
+    return FromKernel(kc::Gemm(p), "Gemm");
+  }
+  CHUNKSERVE_RETURN_IF_ERROR(NeedF32(w, "Linear"));
   // y[T, out] = x[T, in] * W[out, in]^T (+ bias), the layout of Hugging Face's Linear weights.
   // OpenBLAS runs single-threaded; the output columns are split over the thread pool.
   const float* xp = F(x);
   const float* wp = F(w);
-  const float* bp = bias != nullptr && bias->data != nullptr ? F(*bias) : nullptr;
+  const float* bp = bias_data;
   float* yp = F(*y);
   const int32_t parts = std::min<int32_t>(pool_->num_threads(), std::max<int32_t>(1, out / 64));
   auto run = [&](int64_t begin, int64_t end, int32_t) {

@@ -1,10 +1,14 @@
 // CpuBackend: the Backend operations (backend.h) on the CPU.
 //
-// Everything is host memory and fp32 (compute_dtype() is kF32): weights are widened to fp32 once
-// at upload, whatever the checkpoint's dtype; the projections run as OpenBLAS SGEMMs over all of
-// a step's tokens, split by output columns over the kernels' thread pool (one pool serves GEMMs
-// and attention: two pools spinning against each other on the same cores cost more in system
-// time than the GEMMs themselves); attention runs on the kernels/cpu TPP decode and prefill
+// Everything is host memory and activations are fp32 (compute_dtype() is kF32). Linear weights
+// (UploadLinearWeight: the projections, the embedding table / LM head) are packed once into
+// kernels/cpu/gemm.h's panels and kept in their checkpoint dtype, fp32, fp16 or bf16: half-size
+// weights are widened in registers inside the GEMM, so they halve the bytes a decode step reads
+// and the resident memory, never stored as an fp32 copy. Other weights (norms, biases) are fp32.
+// The projections run over all of a step's tokens, split by output panels over the kernels'
+// thread pool (one pool serves GEMMs and attention: two pools spinning against each other on the
+// same cores cost more in system time than the GEMMs themselves); a plain fp32 weight from
+// UploadWeights still runs on OpenBLAS's SGEMM; attention runs on the kernels/cpu TPP decode and prefill
 // kernels, K/V writes on KvAppend, sampling on kernels/cpu/sampling.h. The KV arena is one
 // allocation per K and V in the configured dtype (fp32, fp16 or bf16). Operations run
 // synchronously, so Finish has nothing to wait for.
@@ -41,6 +45,8 @@ class CpuBackend final : public Backend {
   Status Reserve(Tensor* t, kernels::DType dtype, int64_t numel) override;
   void Release(Tensor* t) override;
   Result<Tensor> UploadWeights(const void* src, model::DType src_dtype, int64_t numel) override;
+  Result<Tensor> UploadLinearWeight(const void* src, model::DType src_dtype, int64_t out,
+                                    int64_t in) override;
   Result<Tensor> UploadFloats(std::span<const float> values) override;
   Result<std::vector<const int32_t*>> StageIndices(
       std::span<const std::span<const int32_t>> sections) override;

@@ -16,18 +16,20 @@ using backend::Tensor;
 using kernels::DType;
 
 // Rows [row_begin, row_begin + rows) of a row-major [*, cols] checkpoint tensor: a contiguous
-// range, so a rank reads only its share of a row-split weight.
+// range, so a rank reads only its share of a row-split weight. A bias (cols 1) is a plain
+// weight; anything wider is a Linear's [out, in].
 Result<Tensor> UploadRows(backend::Backend* b, const void* src, DType dtype, int64_t cols,
                           int64_t row_begin, int64_t rows) {
   const auto* base =
       static_cast<const unsigned char*>(src) + row_begin * cols * kernels::DTypeSize(dtype);
-  return b->UploadWeights(base, dtype, rows * cols);
+  if (cols == 1) return b->UploadWeights(base, dtype, rows);
+  return b->UploadLinearWeight(base, dtype, rows, cols);
 }
 
-// Columns [col_begin, col_begin + cols) of every row of a row-major [rows, total_cols] tensor.
+// Columns [col_begin, col_begin + cols) of every row of a Linear's row-major [rows, total_cols].
 Result<Tensor> UploadCols(backend::Backend* b, const void* src, DType dtype, int64_t rows,
                           int64_t total_cols, int64_t col_begin, int64_t cols) {
-  if (col_begin == 0 && cols == total_cols) return b->UploadWeights(src, dtype, rows * cols);
+  if (col_begin == 0 && cols == total_cols) return b->UploadLinearWeight(src, dtype, rows, cols);
   const size_t es = kernels::DTypeSize(dtype);
   std::vector<unsigned char> slice(static_cast<size_t>(rows * cols) * es);
   const auto* base = static_cast<const unsigned char*>(src);
@@ -36,7 +38,7 @@ Result<Tensor> UploadCols(backend::Backend* b, const void* src, DType dtype, int
                 base + static_cast<size_t>(r * total_cols + col_begin) * es,
                 static_cast<size_t>(cols) * es);
   }
-  return b->UploadWeights(slice.data(), dtype, rows * cols);
+  return b->UploadLinearWeight(slice.data(), dtype, rows, cols);
 }
 
 }  // namespace
@@ -94,12 +96,13 @@ Status LlamaModel::UploadShard(const model::LoadedModel& model) {
   const int64_t q0 = shard.q_rows.begin, nq = shard.q_rows.count;
   const int64_t kv0 = shard.kv_rows.begin, nkv = shard.kv_rows.count;
   const int64_t i0 = shard.intermediate.begin, ni = shard.intermediate.count;
-  CHUNKSERVE_ASSIGN_OR_RETURN(embed_, b->UploadWeights(w.embed_tokens, dt, c.vocab_size * h));
+  // The embedding table is a Linear weight: tied, it is also the LM head.
+  CHUNKSERVE_ASSIGN_OR_RETURN(embed_, b->UploadLinearWeight(w.embed_tokens, dt, c.vocab_size, h));
   CHUNKSERVE_ASSIGN_OR_RETURN(final_norm_, b->UploadWeights(w.final_norm, dt, h));
   tied_ = w.lm_head == w.embed_tokens;
   // Only rank 0 computes logits, so only rank 0 needs an untied LM head.
   if (!tied_ && options_.tp.rank == 0) {
-    CHUNKSERVE_ASSIGN_OR_RETURN(lm_head_, b->UploadWeights(w.lm_head, dt, c.vocab_size * h));
+    CHUNKSERVE_ASSIGN_OR_RETURN(lm_head_, b->UploadLinearWeight(w.lm_head, dt, c.vocab_size, h));
   }
   layers_.resize(c.num_layers);
   for (int32_t i = 0; i < c.num_layers; ++i) {

@@ -497,6 +497,7 @@ void EmitJson(const Options& o, const Config& cfg, const MachinePeaks& peaks, co
   j["bandwidth_gbs"] = peaks.read_gbs;
   j["bandwidth_low_gbs"] = peaks.read_gbs_low;
   j["fma_gflops"] = peaks.fma_gflops;
+  j["fma_isa"] = FmaIsaName(peaks.fma_isa);
   j["achieved_gbs"] = w.bytes / (r.timing.median_ms * 1e6);
   j["achieved_gflops"] = w.flops / (r.timing.median_ms * 1e6);
   j["tokens_per_s"] = cfg.batch / (r.timing.median_ms * 1e-3);
@@ -523,8 +524,9 @@ void PrintHeader(const Options& o, const MachinePeaks& peaks) {
   const kc::CpuIsa isa = kc::ResolveCpuIsa(o.isa, &isa_status);
   std::printf(
       "machine: %d threads; read bandwidth %.1f GB/s (best pass of the run; lowest %.1f), "
-      "FMA peak %.1f GFLOP/s\n",
-      peaks.threads, peaks.read_gbs, peaks.read_gbs_low, peaks.fma_gflops);
+      "FMA peak %.1f GFLOP/s (%s; avx2 %.1f)\n",
+      peaks.threads, peaks.read_gbs, peaks.read_gbs_low, peaks.fma_gflops,
+      FmaIsaName(peaks.fma_isa), peaks.fma_gflops_by_isa[static_cast<int>(FmaIsa::kAvx2)]);
   std::printf("kernels: %s; KV %s; heads %d, kv heads %d, head dim %d, chunk %d; caches %s\n",
               kc::CpuIsaName(isa), DTypeName(o.kv_dtype), o.heads, o.kv_heads, o.head_dim, o.chunk,
               o.warm ? "warm" : "flushed before every timed iteration");

@@ -30,6 +30,15 @@ bool HasAvx2Fma() {
 #endif
 }
 
+bool HasAvx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}
+
 // Runs fn(thread_index) on `threads` threads released together; returns the wall time in seconds
 // from the release to the last thread's end.
 template <typename F>
@@ -81,6 +90,22 @@ __attribute__((target("avx2,fma"))) float FmaLoopAvx2(int64_t iters, float seed)
   for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, a[i]);
   float out[8];
   _mm256_storeu_ps(out, s);
+  return out[0];
+}
+
+__attribute__((target("avx512f"))) float FmaLoopAvx512(int64_t iters, float seed) {
+  __m512 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(seed + 0.001f * i);
+  const __m512 b = _mm512_set1_ps(0.999999f);
+  const __m512 c = _mm512_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_fmadd_ps(a[i], b, c);
+  }
+  __m512 s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, a[i]);
+  float out[16];  // (not _mm512_reduce_add_ps: GCC 12 warns inside it, bug 105593)
+  _mm512_storeu_ps(out, s);
   return out[0];
 }
 #endif
@@ -161,24 +186,54 @@ double MeasureReadBandwidth(int32_t threads, size_t buffer_bytes, int32_t passes
   return best;
 }
 
-double MeasureFmaPeak(int32_t threads) {
-  const bool avx2 = HasAvx2Fma();
+double MeasureFmaPeak(int32_t threads, FmaIsa isa) {
+#if defined(__x86_64__) || defined(__i386__)
+  if ((isa == FmaIsa::kAvx2 && !HasAvx2Fma()) || (isa == FmaIsa::kAvx512 && !HasAvx512())) {
+    return 0.0;
+  }
+#else
+  if (isa != FmaIsa::kPortable) return 0.0;
+#endif
   constexpr int64_t kIters = 20'000'000;
   double best = 0.0;
   for (int pass = 0; pass < 3; ++pass) {
     const double seconds = RunTogether(threads, [&](int32_t t) {
+      float s = 0.0f;
 #if defined(__x86_64__) || defined(__i386__)
-      const float s = avx2 ? FmaLoopAvx2(kIters, 0.5f + t) : MulAddLoopPortable(kIters, 0.5f + t);
-#else
-      const float s = MulAddLoopPortable(kIters, 0.5f + t);
+      if (isa == FmaIsa::kAvx512) s = FmaLoopAvx512(kIters, 0.5f + t);
+      if (isa == FmaIsa::kAvx2) s = FmaLoopAvx2(kIters, 0.5f + t);
 #endif
+      if (isa == FmaIsa::kPortable) s = MulAddLoopPortable(kIters, 0.5f + t);
       g_sink.store(s, std::memory_order_relaxed);
     });
-    const double lanes = avx2 ? 8.0 * 12.0 : 4.0 * 12.0;
+    const double lanes = isa == FmaIsa::kAvx512 ? 16.0 * 12.0
+                         : isa == FmaIsa::kAvx2 ? 8.0 * 12.0
+                                                : 4.0 * 12.0;
     best = std::max(best, 2.0 * lanes * static_cast<double>(kIters) * threads / seconds / 1e9);
   }
   return best;
 }
+
+const char* FmaIsaName(FmaIsa isa) {
+  return isa == FmaIsa::kAvx512 ? "avx512" : isa == FmaIsa::kAvx2 ? "avx2" : "portable";
+}
+
+namespace {
+
+// Every ISA's peak into `peaks`, keeping the best of this and earlier measurements; the floor is
+// the best ISA's.
+void MeasureFmaPeaks(MachinePeaks* peaks) {
+  for (const FmaIsa isa : {FmaIsa::kPortable, FmaIsa::kAvx2, FmaIsa::kAvx512}) {
+    double& slot = peaks->fma_gflops_by_isa[static_cast<int>(isa)];
+    slot = std::max(slot, MeasureFmaPeak(peaks->threads, isa));
+    if (slot > peaks->fma_gflops) {
+      peaks->fma_gflops = slot;
+      peaks->fma_isa = isa;
+    }
+  }
+}
+
+}  // namespace
 
 MachinePeaks MeasureMachinePeaks(int32_t threads, size_t buffer_bytes) {
   MachinePeaks peaks;
@@ -187,7 +242,7 @@ MachinePeaks MeasureMachinePeaks(int32_t threads, size_t buffer_bytes) {
       buffer_bytes > 0 ? buffer_bytes : std::max(LastLevelCacheBytes() * 16, size_t{512} << 20);
   peaks.read_gbs = MeasureReadBandwidth(peaks.threads, peaks.buffer_bytes, 5);
   peaks.read_gbs_low = peaks.read_gbs;
-  peaks.fma_gflops = MeasureFmaPeak(peaks.threads);
+  MeasureFmaPeaks(&peaks);
   return peaks;
 }
 
@@ -195,7 +250,7 @@ void RemeasureMachinePeaks(MachinePeaks* peaks) {
   const double bw = MeasureReadBandwidth(peaks->threads, peaks->buffer_bytes, 2);
   peaks->read_gbs = std::max(peaks->read_gbs, bw);
   peaks->read_gbs_low = std::min(peaks->read_gbs_low, bw);
-  peaks->fma_gflops = std::max(peaks->fma_gflops, MeasureFmaPeak(peaks->threads));
+  MeasureFmaPeaks(peaks);
 }
 
 void FlushCaches() {

@@ -4,7 +4,9 @@
 //  * Read bandwidth: every thread streams its slice of a buffer much larger than the last-level
 //    cache (AVX2 loads where available); best of several passes, so the floor is optimistic.
 //  * FMA peak: every thread runs a loop of independent register-resident FMAs (12 accumulators of
-//    8 fp32 lanes with AVX2+FMA, SSE multiply-add otherwise); FLOPs count 2 per lane per FMA.
+//    16 fp32 lanes with AVX-512, 8 with AVX2+FMA, 4-lane multiply-add portably), for every ISA the
+//    CPU has; FLOPs count 2 per lane per FMA. The floor is the best ISA's: on a Zen 5 AVX-512
+//    doubles it, on a Zen 4 (512-bit ops in two halves) it does not.
 #ifndef CHUNKSERVE_TESTS_BENCH_MACHINE_PEAKS_H_
 #define CHUNKSERVE_TESTS_BENCH_MACHINE_PEAKS_H_
 
@@ -13,10 +15,15 @@
 
 namespace chunkserve::bench {
 
+enum class FmaIsa : int32_t { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+const char* FmaIsaName(FmaIsa isa);  // "portable", "avx2", "avx512"
+
 struct MachinePeaks {
   int32_t threads = 1;
   double read_gbs = 0.0;      // GB/s (1e9 bytes): the best measured so far
-  double fma_gflops = 0.0;    // GFLOP/s, fp32: the best measured so far
+  double fma_gflops = 0.0;    // GFLOP/s, fp32: the best measured so far, over every ISA
+  FmaIsa fma_isa = FmaIsa::kPortable;  // the ISA that reached fma_gflops
+  double fma_gflops_by_isa[3] = {};    // by FmaIsa; 0 for an ISA the CPU lacks
   double read_gbs_low = 0.0;  // the worst bandwidth measured so far (shared machines vary)
   size_t buffer_bytes = 0;
 };
@@ -30,7 +37,7 @@ MachinePeaks MeasureMachinePeaks(int32_t threads, size_t buffer_bytes = 0);
 void RemeasureMachinePeaks(MachinePeaks* peaks);
 
 double MeasureReadBandwidth(int32_t threads, size_t buffer_bytes, int32_t passes);
-double MeasureFmaPeak(int32_t threads);
+double MeasureFmaPeak(int32_t threads, FmaIsa isa);  // 0 when the CPU lacks `isa`
 
 // Evicts the caches by streaming a buffer of several times the last-level cache (reads and writes,
 // a few ms); benchmarks call it between timed iterations to measure cold-cache kernels.

@@ -1,6 +1,8 @@
 // The model definition (forward::LlamaModel) on the CPU backend against the independent
 // double-precision reference: a full prefill, a prefill over a cached prefix shared with another
-// sequence, and decode steps whose TPP plan has shared chunks, for each KV storage dtype.
+// sequence, and decode steps whose TPP plan has shared chunks, for each KV storage dtype, and
+// with fp16 / bf16 checkpoints (the CPU backend keeps those weights half-size and widens them in
+// the GEMM; the reference widens the same values, so the tolerance is fp32's).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,6 +28,7 @@ struct DtypeCase {
   // significant bits (relative 2^-11), bf16 to 8 (2^-8), errors that attention averages but two
   // layers compound.
   double tolerance;
+  kernels::DType weight_dtype = kernels::DType::kF32;  // the checkpoint's
 };
 
 class LlamaCpuTest : public ::testing::TestWithParam<DtypeCase> {
@@ -35,6 +38,7 @@ class LlamaCpuTest : public ::testing::TestWithParam<DtypeCase> {
     o.vocab_size = 128;
     o.intermediate_size = 96;
     o.max_position_embeddings = 8192;
+    o.dtype = GetParam().weight_dtype;
     ASSERT_OK(model::WriteTinyModel(dir_.path(), o));
     ASSERT_OK_AND_ASSIGN(model::LoadedModel m, model::LoadedModel::Load(dir_.path()));
     model_ = std::make_unique<model::LoadedModel>(std::move(m));
@@ -203,7 +207,11 @@ TEST_P(LlamaCpuTest, MalformedBatchesAreRejected) {
 INSTANTIATE_TEST_SUITE_P(KvDtypes, LlamaCpuTest,
                          ::testing::Values(DtypeCase{"f32", kernels::DType::kF32, 2e-3},
                                            DtypeCase{"f16", kernels::DType::kF16, 2e-2},
-                                           DtypeCase{"bf16", kernels::DType::kBF16, 1e-1}),
+                                           DtypeCase{"bf16", kernels::DType::kBF16, 1e-1},
+                                           DtypeCase{"f32_kv_bf16_weights", kernels::DType::kF32,
+                                                     2e-3, kernels::DType::kBF16},
+                                           DtypeCase{"f32_kv_f16_weights", kernels::DType::kF32,
+                                                     2e-3, kernels::DType::kF16}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

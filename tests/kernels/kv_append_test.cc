@@ -35,8 +35,8 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 class KvAppendTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    if (GetParam().isa == CpuIsa::kAvx2 && DetectCpuIsa() != CpuIsa::kAvx2) {
-      GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
+    if (!CpuSupports(GetParam().isa)) {
+      GTEST_SKIP() << "this CPU has no " << CpuIsaName(GetParam().isa);
     }
     shape_.dtype = GetParam().dtype;
     shape_.head_dim = GetParam().head_dim;

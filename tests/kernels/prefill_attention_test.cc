@@ -50,8 +50,8 @@ ThreadPool& Pool() {
 class PrefillAttentionTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    if (GetParam().isa == CpuIsa::kAvx2 && DetectCpuIsa() != CpuIsa::kAvx2) {
-      GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
+    if (!CpuSupports(GetParam().isa)) {
+      GTEST_SKIP() << "this CPU has no " << CpuIsaName(GetParam().isa);
     }
   }
 

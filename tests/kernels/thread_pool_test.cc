@@ -119,9 +119,12 @@ TEST(CpuIsaTest, ParsesNames) {
   EXPECT_TRUE(ok);
   EXPECT_EQ(ParseCpuIsa(nullptr, &ok), CpuIsa::kAuto);
   EXPECT_TRUE(ok);
-  EXPECT_EQ(ParseCpuIsa("avx512", &ok), CpuIsa::kAuto);
+  EXPECT_EQ(ParseCpuIsa("avx512", &ok), CpuIsa::kAvx512);
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(ParseCpuIsa("avx1024", &ok), CpuIsa::kAuto);
   EXPECT_FALSE(ok);
   EXPECT_STREQ(CpuIsaName(CpuIsa::kScalar), "scalar");
+  EXPECT_STREQ(CpuIsaName(CpuIsa::kAvx512), "avx512");
   EXPECT_STREQ(KernelStatusName(KernelStatus::kInvalidArgument), "invalid argument");
 }
 
@@ -129,13 +132,20 @@ TEST(CpuIsaTest, ExplicitRequestsResolveToThemselves) {
   KernelStatus status = KernelStatus::kInvalidArgument;
   EXPECT_EQ(ResolveCpuIsa(CpuIsa::kScalar, &status), CpuIsa::kScalar);
   EXPECT_EQ(status, KernelStatus::kOk);
-  const CpuIsa avx2 = ResolveCpuIsa(CpuIsa::kAvx2, &status);
-  if (DetectCpuIsa() == CpuIsa::kAvx2) {
-    EXPECT_EQ(avx2, CpuIsa::kAvx2);
-    EXPECT_EQ(status, KernelStatus::kOk);
-  } else {
-    EXPECT_EQ(status, KernelStatus::kUnsupported);
+  for (const CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    const CpuIsa resolved = ResolveCpuIsa(isa, &status);
+    if (CpuSupports(isa)) {
+      EXPECT_EQ(resolved, isa);
+      EXPECT_EQ(status, KernelStatus::kOk);
+    } else {
+      EXPECT_EQ(status, KernelStatus::kUnsupported);
+    }
   }
+  // AVX-512 implies AVX2; the detected ISA is one the CPU supports.
+  if (CpuSupports(CpuIsa::kAvx512)) {
+    EXPECT_TRUE(CpuSupports(CpuIsa::kAvx2));
+  }
+  EXPECT_TRUE(CpuSupports(DetectCpuIsa()));
   EXPECT_NE(ResolveCpuIsa(CpuIsa::kAuto, &status), CpuIsa::kAuto);
 }
 

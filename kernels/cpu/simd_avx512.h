@@ -1,0 +1,47 @@
+// The 16-lane fp32 vector for AVX-512 (F, BW, VL, DQ): what the GEMM is written against
+// (gemm_impl.h), with the names of simd_avx2.h's 8-lane one where the operation is the same.
+//
+// Include only from a translation unit that compiles this header, and everything that uses it,
+// under `#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")` (see
+// gemm_avx512.cc), and call into it only after a run-time check (cpu_isa.h).
+#ifndef CHUNKSERVE_KERNELS_CPU_SIMD_AVX512_H_
+#define CHUNKSERVE_KERNELS_CPU_SIMD_AVX512_H_
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace chunkserve::kernels::cpu::avx512 {
+
+struct F16 {
+  __m512 v;
+};
+using Vec = F16;
+inline constexpr int kLanes = 16;
+
+inline F16 Zero() { return {_mm512_setzero_ps()}; }
+inline F16 Set1(float x) { return {_mm512_set1_ps(x)}; }
+inline F16 Load(const float* p) { return {_mm512_loadu_ps(p)}; }
+inline void Store(float* p, F16 a) { _mm512_storeu_ps(p, a.v); }
+
+inline __mmask16 PrefixMask(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
+// The first n (0..16) lanes from p, zeros after; reads nothing past p + n.
+inline F16 LoadPartial(const float* p, int n) { return {_mm512_maskz_loadu_ps(PrefixMask(n), p)}; }
+inline void StorePartial(float* p, F16 a, int n) { _mm512_mask_storeu_ps(p, PrefixMask(n), a.v); }
+
+inline F16 Add(F16 a, F16 b) { return {_mm512_add_ps(a.v, b.v)}; }
+// a * b + c
+inline F16 Fma(F16 a, F16 b, F16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+
+// Weight storage types: 16 halves or bfloat16s widened exactly to fp32.
+inline F16 LoadF16(const uint16_t* p) {
+  return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+}
+inline F16 LoadBF16(const uint16_t* p) {
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(wide, 16))};
+}
+
+}  // namespace chunkserve::kernels::cpu::avx512
+
+#endif  // CHUNKSERVE_KERNELS_CPU_SIMD_AVX512_H_
