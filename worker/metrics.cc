@@ -81,6 +81,11 @@ std::string WorkerMetrics::Render(const engine::EngineStats& s, bool ready, bool
          d(s.kv_bytes_referenced));
   Metric(&out, "chunkserve_kv_bytes_capacity", "gauge", "KV arena size in bytes.",
          d(s.kv_bytes_capacity));
+  Metric(&out, "chunkserve_weight_bytes", "gauge",
+         "Bytes of model weights the engine keeps resident (the leader's share under --tp).",
+         d(s.weight_bytes));
+  Metric(&out, "chunkserve_resident_bytes", "gauge", "The worker process's resident memory.",
+         d(s.resident_bytes));
   Metric(&out, "chunkserve_chunks", "gauge", "KV chunks in the prefix tree.", d(s.chunks_total));
   Metric(&out, "chunkserve_shared_chunks", "gauge",
          "Chunks referenced by two or more live sequences.", d(s.chunks_shared));

@@ -107,6 +107,7 @@ class GroupRunner final : public forward::StepRunner {
   std::string name() const override { return leader_->name(); }
   const backend::KvArenaShape& kv_shape() const override { return leader_->kv_shape(); }
   int32_t vocab_size() const override { return leader_->vocab_size(); }
+  uint64_t weight_bytes() const override { return leader_->weight_bytes(); }
   Status Forward(const forward::StepBatch& batch, std::span<float> logits) override {
     return NameTheRank(leader_->Forward(batch, logits));
   }

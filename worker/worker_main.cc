@@ -6,6 +6,7 @@
 #include <iostream>
 #include <string>
 
+#include "runtime/base/process_memory.h"
 #include "runtime/base/status.h"
 #include "runtime/openai/api_flags.h"
 #include "runtime/wire/server_flags.h"
@@ -41,10 +42,12 @@ constexpr char kUsage[] =
     "         [--drain-timeout-ms N]\n"
     "         [--worker-id ID] [--router HOST:PORT] [--advertise HOST:PORT]\n"
     "         [--load-report-ms N] [--backend cpu|cuda] [--cuda-device N]\n"
-    "         [--kv-dtype f32|f16|bf16] [--tp N] [--tp-rendezvous HOST:PORT]\n"
-    "         [--tp-timeout-ms N] [--tp-comm gloo|nccl]\n"
+    "         [--kv-dtype f32|f16|bf16] [--gguf-dtype f32|f16|bf16]\n"
+    "         [--tp N] [--tp-rendezvous HOST:PORT] [--tp-timeout-ms N] [--tp-comm gloo|nccl]\n"
     "--model is required; --tiny-model serves the built-in tiny model (random weights, for tests\n"
     "and demos without a model).\n"
+    "--gguf-dtype: what a .gguf's tensors are dequantized to (default f32); on the CPU f16 / bf16\n"
+    "weights stay half-size and are widened inside the GEMM.\n"
     "--backend cuda keeps KV, weights and activations in --kv-dtype (f16, the default, or bf16);\n"
     "with --tp N it runs N GPU ranks over NCCL, rank r on CUDA device r.\n"
     "accepted connections (clients and routers' data links):\n";
@@ -144,6 +147,11 @@ int Main(int argc, char** argv) {
                                 : value == "bf16" ? kernels::DType::kBF16
                                                   : kernels::DType::kF32;
       kv_dtype_given = true;
+    } else if (flag == "--gguf-dtype") {
+      ok = value == "f32" || value == "f16" || value == "bf16";
+      options.engine.gguf_dtype = value == "f16"    ? kernels::DType::kF16
+                                  : value == "bf16" ? kernels::DType::kBF16
+                                                    : kernels::DType::kF32;
     } else if (flag == "--tp" || flag == "--tp-rendezvous" || flag == "--tp-timeout-ms" ||
                flag == "--tp-comm") {
       ok = ParseTpFlag(flag, value, &tp).ok();
@@ -211,6 +219,8 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "chunkserve-worker: %s\n", server.status().ToString().c_str());
     return 1;
   }
+  // Loading left freed buffers in the heap (checkpoint, tokenizer): give their pages back.
+  ReturnFreeHeapToOs();
   std::printf("listening on %s:%u\n", options.listen_host.c_str(), server.value()->port());
   if (options.http_port >= 0) {
     std::printf("http on %s:%u\n", options.http_host.c_str(), server.value()->http_port());

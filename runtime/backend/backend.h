@@ -108,6 +108,9 @@ class Backend {
     return UploadWeights(src, src_dtype, out * in);
   }
   virtual Result<Tensor> UploadFloats(std::span<const float> values) = 0;  // fp32 constants
+  // Bytes held by the uploads above (weights and constants) so far; 0 when the backend does not
+  // count them.
+  virtual uint64_t weight_bytes() const { return 0; }
   // Copies a step's index arrays where the kernels read them; one pointer per section, valid
   // until the next StageIndices.
   virtual Result<std::vector<const int32_t*>> StageIndices(

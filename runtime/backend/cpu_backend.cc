@@ -1,6 +1,7 @@
 #include "runtime/backend/cpu_backend.h"
 
 #include <cblas.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -35,6 +36,33 @@ Status NeedF32(const Tensor& t, const char* what) {
 
 float* F(const Tensor& t) { return static_cast<float*>(t.data); }
 
+// Host memory for tensors and the KV arena, 64-byte aligned. Blocks of kMapBytes and more are
+// their own anonymous mappings (zero-filled; an arena's pages become resident as chunks are
+// written): freed, they go straight back to the OS, and they never sit between a model
+// loader's freed buffers in the C heap, where glibc keeps such holes resident. Smaller blocks come
+// from aligned_alloc.
+constexpr size_t kMapBytes = size_t{1} << 20;
+
+size_t HostBytes(size_t bytes) { return (std::max<size_t>(bytes, 1) + 63) / 64 * 64; }
+
+void* HostAlloc(size_t bytes) {
+  bytes = HostBytes(bytes);
+  if (bytes < kMapBytes) return std::aligned_alloc(64, bytes);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  return p;
+}
+
+void HostFree(void* p, size_t bytes) {
+  if (p == nullptr) return;
+  bytes = HostBytes(bytes);
+  if (bytes < kMapBytes) {
+    std::free(p);
+  } else {
+    munmap(p, bytes);
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<CpuBackend>> CpuBackend::Create(const CpuBackendOptions& options) {
@@ -46,20 +74,19 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::Create(const CpuBackendOptions& 
 }
 
 CpuBackend::~CpuBackend() {
-  for (void* p : owned_) std::free(p);
-  std::free(k_arena_);
-  std::free(v_arena_);
+  for (const auto& [p, bytes] : owned_) HostFree(p, bytes);
+  HostFree(k_arena_, arena_bytes_);
+  HostFree(v_arena_, arena_bytes_);
 }
 
 Result<Tensor> CpuBackend::Allocate(DType dtype, int64_t numel) {
   if (numel < 0) return Status::InvalidArgument("negative tensor size");
-  // 64-byte aligned and rounded up to whole cache lines (aligned_alloc's contract).
-  const size_t bytes = (std::max<size_t>(numel * kernels::DTypeSize(dtype), 1) + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, bytes);
+  const size_t bytes = static_cast<size_t>(numel) * kernels::DTypeSize(dtype);
+  void* p = HostAlloc(bytes);
   if (p == nullptr) {
     return Status::ResourceExhausted("cannot allocate " + std::to_string(bytes) + " bytes");
   }
-  owned_.insert(p);
+  owned_.emplace(p, bytes);
   return Tensor{p, dtype, numel};
 }
 
@@ -72,7 +99,13 @@ Status CpuBackend::Reserve(Tensor* t, DType dtype, int64_t numel) {
 }
 
 void CpuBackend::Release(Tensor* t) {
-  if (t->data != nullptr && owned_.erase(t->data) > 0) std::free(t->data);
+  if (t->data != nullptr) {
+    const auto it = owned_.find(t->data);
+    if (it != owned_.end()) {
+      HostFree(it->first, it->second);
+      owned_.erase(it);
+    }
+  }
   *t = Tensor{};
 }
 
@@ -80,6 +113,7 @@ Result<Tensor> CpuBackend::UploadWeights(const void* src, model::DType src_dtype
   if (src == nullptr) return Status::InvalidArgument("null weights");
   CHUNKSERVE_ASSIGN_OR_RETURN(Tensor t, Allocate(DType::kF32, numel));
   kc::ConvertToFloat(src_dtype, src, F(t), static_cast<size_t>(numel));
+  weight_bytes_ += static_cast<uint64_t>(numel) * sizeof(float);
   return t;
 }
 
@@ -95,12 +129,14 @@ Result<Tensor> CpuBackend::UploadLinearWeight(const void* src, model::DType src_
     return FromKernel(s, "PackWeights");
   }
   t.packed = true;
+  weight_bytes_ += static_cast<uint64_t>(numel) * kernels::DTypeSize(src_dtype);
   return t;
 }
 
 Result<Tensor> CpuBackend::UploadFloats(std::span<const float> values) {
   CHUNKSERVE_ASSIGN_OR_RETURN(Tensor t, Allocate(DType::kF32, static_cast<int64_t>(values.size())));
   if (!values.empty()) std::memcpy(t.data, values.data(), values.size_bytes());
+  weight_bytes_ += values.size_bytes();
   return t;
 }
 
@@ -129,19 +165,22 @@ Status CpuBackend::AllocateKvArena(const KvArenaShape& s) {
   layer_arena_bytes_ = static_cast<size_t>(s.num_slots) * s.num_kv_heads * s.chunk_size *
                        s.head_dim * kernels::DTypeSize(s.dtype);
   const size_t arena = layer_arena_bytes_ * s.num_layers;
-  const size_t rounded = (arena + 63) / 64 * 64;
-  k_arena_ = static_cast<unsigned char*>(std::aligned_alloc(64, rounded));
-  v_arena_ = static_cast<unsigned char*>(std::aligned_alloc(64, rounded));
+  k_arena_ = static_cast<unsigned char*>(HostAlloc(arena));
+  v_arena_ = static_cast<unsigned char*>(HostAlloc(arena));
   if (k_arena_ == nullptr || v_arena_ == nullptr) {
-    std::free(k_arena_);
-    std::free(v_arena_);
+    HostFree(k_arena_, arena);
+    HostFree(v_arena_, arena);
     k_arena_ = v_arena_ = nullptr;
     return Status::ResourceExhausted("cannot allocate a KV arena of 2 x " + std::to_string(arena) +
                                      " bytes");
   }
-  // Zeroed so a kernel bug that reads an unwritten position reads zeros, never stale garbage.
-  std::memset(k_arena_, 0, rounded);
-  std::memset(v_arena_, 0, rounded);
+  arena_bytes_ = arena;
+  // Zeroed so a kernel bug that reads an unwritten position reads zeros, never stale garbage (a
+  // mapped arena is zero-filled already, and stays non-resident until chunks are written).
+  if (HostBytes(arena) < kMapBytes) {
+    std::memset(k_arena_, 0, arena);
+    std::memset(v_arena_, 0, arena);
+  }
   return Status::Ok();
 }
 

@@ -21,7 +21,7 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/cpu/sampling.h"
@@ -48,6 +48,7 @@ class CpuBackend final : public Backend {
   Result<Tensor> UploadLinearWeight(const void* src, model::DType src_dtype, int64_t out,
                                     int64_t in) override;
   Result<Tensor> UploadFloats(std::span<const float> values) override;
+  uint64_t weight_bytes() const override { return weight_bytes_; }
   Result<std::vector<const int32_t*>> StageIndices(
       std::span<const std::span<const int32_t>> sections) override;
   Status AllocateKvArena(const KvArenaShape& shape) override;
@@ -87,16 +88,18 @@ class CpuBackend final : public Backend {
   void* LayerV(int32_t layer) const;
 
   std::unique_ptr<kernels::cpu::ThreadPool> pool_;
-  std::unordered_set<void*> owned_;  // every live allocation, freed at destruction
+  std::unordered_map<void*, size_t> owned_;  // every live allocation and its size
 
   KvArenaShape shape_;
   unsigned char* k_arena_ = nullptr;
   unsigned char* v_arena_ = nullptr;
   size_t layer_arena_bytes_ = 0;  // bytes of one layer's K (or V)
+  size_t arena_bytes_ = 0;        // bytes of all layers' K (or V)
 
   kernels::TppPlanView plan_;
   std::vector<unsigned char> workspace_;
   kernels::cpu::SamplingScratch sampling_;
+  uint64_t weight_bytes_ = 0;  // what the Upload* calls allocated
 };
 
 }  // namespace chunkserve::backend

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "runtime/base/logging.h"
+#include "runtime/base/process_memory.h"
 #include "runtime/kvcache/prefix_tree.h"
 #include "runtime/model/model.h"
 #include "runtime/model/tiny_model.h"
@@ -141,6 +142,12 @@ class EngineImpl final : public Engine {
     } else {
       CHUNKSERVE_ASSIGN_OR_RETURN(runner_, forward::CreateLlamaModel(model_, runner_options));
     }
+    // The runner holds its own copy now (packed host memory, or the device): the checkpoint's
+    // mappings or dequantized tensors would only double the resident memory.
+    model_.ReleaseWeights();
+    stats_.weight_bytes = runner_->weight_bytes();
+    const uint64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), inter = c.intermediate_size;
+    stats_.projection_flops_per_token = 2 * c.num_layers * (2 * h * q + 2 * h * kv + 3 * h * inter);
     CHUNKSERVE_ASSIGN_OR_RETURN(
         kv::PrefixTree tree, kv::PrefixTree::Create({.chunk_size = options_.chunk_size,
                                                      .num_slots = num_slots_,
@@ -207,6 +214,7 @@ class EngineImpl final : public Engine {
     std::lock_guard<std::mutex> lock(mu_);
     EngineStats s = stats_;
     s.queued = queued_ + static_cast<int32_t>(incoming_.size());
+    s.resident_bytes = ResidentBytes();
     return s;
   }
 
@@ -417,7 +425,9 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   if (tiny) {
     CHUNKSERVE_ASSIGN_OR_RETURN(dir, MaterializeTinyModel(options.tiny_model_dir));
   }
-  Result<model::LoadedModel> loaded = model::LoadedModel::Load(dir);
+  model::LoadModelOptions load_options;
+  load_options.gguf_dtype = options.gguf_dtype;
+  Result<model::LoadedModel> loaded = model::LoadedModel::Load(dir, load_options);
   if (!loaded.ok()) {
     if (tiny && options.tiny_model_dir.empty()) {
       std::error_code ec;
@@ -429,6 +439,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
                                              tiny && options.tiny_model_dir.empty());
   CHUNKSERVE_RETURN_IF_ERROR(engine->Init());
   engine->RemoveOwnedModelDir();
+  ReturnFreeHeapToOs();  // the checkpoint's buffers, freed above, are most of the heap
   const EngineStats stats = engine->Stats();
   LOG(INFO) << "engine ready: " << (tiny ? std::string("built-in tiny model") : dir.string())
             << ", vocab " << engine->vocab_size() << ", context " << engine->max_context()

@@ -53,8 +53,11 @@ enum class ShutdownMode : int32_t {
 
 struct EngineOptions {
   // Directory with config.json and safetensors weights, or a llama.cpp .gguf file (dequantized to
-  // f32 at load; model::LoadedModel::Load). Required unless `tiny_model`.
+  // gguf_dtype at load; model::LoadedModel::Load). Required unless `tiny_model`.
   std::string model_dir;
+  // What a GGUF's tensors are dequantized to: f32, f16 or bf16. The CPU backend keeps f16 / bf16
+  // weights half-size (runtime/backend/cpu_backend.h). Safetensors weights keep the file's dtype.
+  kernels::DType gguf_dtype = kernels::DType::kF32;
   // The built-in tiny model (random weights from a fixed seed: tests, benchmarks, offline
   // demos), written into `tiny_model_dir` (a temporary directory when that is empty). Only when
   // asked for: a missing model_dir is an error, never random weights in its place.
@@ -113,6 +116,14 @@ struct EngineStats {
   // Throughput over the last few seconds.
   double decode_tokens_per_s = 0.0;
   double prefill_tokens_per_s = 0.0;
+  // Memory: the runner's resident weights (fixed at creation; the checkpoint itself is released
+  // once they are uploaded) and this process's resident set (VmRSS) when Stats() was called.
+  uint64_t weight_bytes = 0;
+  uint64_t resident_bytes = 0;
+  // 2 x the projection weights one token multiplies (every layer's q, k, v, o, gate, up, down;
+  // not attention, not the LM head): prefill and decode tokens times this over a time is the
+  // rate the GEMMs ran at.
+  uint64_t projection_flops_per_token = 0;
 };
 
 // KV events (runtime/kvcache/kv_events.h; router/README.md): which full-chunk hashes the

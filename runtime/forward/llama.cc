@@ -58,6 +58,9 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Create(const model::LoadedModel&
                                                        const LlamaOptions& options) {
   if (backend == nullptr) return Status::InvalidArgument("LlamaModel needs a backend");
   if (options.num_slots < 1) return Status::InvalidArgument("num_slots must be >= 1");
+  if (!model.has_weights()) {
+    return Status::FailedPrecondition("the model's weights were released (ReleaseWeights)");
+  }
   const TensorParallel& tp = options.tp;
   if (tp.size > 1 && tp.comm == nullptr) {
     return Status::InvalidArgument("tensor parallelism needs a communicator");

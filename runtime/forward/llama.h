@@ -77,6 +77,7 @@ class LlamaModel final : public StepRunner {
   std::string name() const override { return backend_->name(); }
   const backend::KvArenaShape& kv_shape() const override { return shape_; }
   int32_t vocab_size() const override { return config_.vocab_size; }
+  uint64_t weight_bytes() const override { return backend_->weight_bytes(); }
   Status Forward(const StepBatch& batch, std::span<float> logits) override;
   Status ForwardSample(const StepBatch& batch, std::span<const backend::SampleRow> rows,
                        std::span<TokenId> tokens, std::span<TokenLogprobs> logprobs) override;

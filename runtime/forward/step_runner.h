@@ -28,6 +28,9 @@ class StepRunner {
   virtual std::string name() const = 0;  // "cpu", "cuda", "cpu-tp2", ...
   virtual const backend::KvArenaShape& kv_shape() const = 0;
   virtual int32_t vocab_size() const = 0;
+  // Bytes of weights this runner keeps resident (host or device; under tensor parallelism, the
+  // leader rank's share). 0 when unknown.
+  virtual uint64_t weight_bytes() const { return 0; }
 
   // Runs the step; writes logits for each of batch.logit_rows, in that order, to `logits`
   // ([logit_rows.size(), vocab_size], fp32). InvalidArgument on a malformed batch; Internal or

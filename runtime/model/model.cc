@@ -65,6 +65,14 @@ uint64_t ModelFingerprint(const ModelConfig& config, const WeightStore& store,
   return h.Digest();
 }
 
+void LoadedModel::ReleaseWeights() {
+  LlamaWeights empty;
+  empty.dtype = weights_.dtype;
+  weights_ = std::move(empty);
+  Result<WeightStore> none = WeightStore::FromOwned(store_.location(), {});
+  if (none.ok()) store_ = std::move(none).value();  // an empty store cannot fail; keep it if it did
+}
+
 bool IsGgufPath(const std::filesystem::path& path) { return path.extension() == ".gguf"; }
 
 Result<LoadedModel> LoadedModel::Load(const std::filesystem::path& dir,

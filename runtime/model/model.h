@@ -19,7 +19,7 @@
 // depend on the weights' dtype. It is stable across runs, machines and builds (a change of the
 // algorithm changes the version tag).
 //
-// Thread safety: immutable after Load; concurrent readers are fine.
+// Thread safety: immutable after Load (until ReleaseWeights); concurrent readers are fine.
 #ifndef CHUNKSERVE_RUNTIME_MODEL_MODEL_H_
 #define CHUNKSERVE_RUNTIME_MODEL_MODEL_H_
 
@@ -74,6 +74,13 @@ class LoadedModel {
   const LlamaWeights& weights() const { return weights_; }
   DType dtype() const { return weights_.dtype; }
   uint64_t fingerprint() const { return fingerprint_; }
+
+  // Frees the weights (unmaps the checkpoint files, drops dequantized GGUF tensors) once a runner
+  // holds its own copy, so that they are not resident twice. dir(), config(), dtype() and
+  // fingerprint() keep their values; weights() is empty afterwards (null tensors, no layers) and
+  // store() holds nothing. Not thread-safe: call it before sharing the model.
+  void ReleaseWeights();
+  bool has_weights() const { return !weights_.layers.empty(); }
 
  private:
   LoadedModel(std::filesystem::path dir, ModelConfig config, WeightStore store)

@@ -47,7 +47,7 @@ class Reader {
   size_t pos_ = 0;
 };
 
-constexpr int32_t kStepVersion = 2;
+constexpr int32_t kStepVersion = 3;  // 3: TpInit carries weight_dtype
 
 Status Malformed(const char* what) {
   return Status::DataLoss(std::string("malformed tensor-parallel step descriptor: ") + what);
@@ -67,6 +67,7 @@ std::vector<std::byte> EncodeTpInit(const TpInit& init) {
   w.Put(init.op_timeout_ms);
   w.Put(init.heartbeat_ms);
   w.Put(init.backend);
+  w.Put(init.weight_dtype);
   w.Put(static_cast<int32_t>(init.model_dir.size()));
   std::vector<std::byte> out = w.Bytes();
   const auto* p = reinterpret_cast<const std::byte*>(init.model_dir.data());
@@ -75,16 +76,16 @@ std::vector<std::byte> EncodeTpInit(const TpInit& init) {
 }
 
 Result<TpInit> DecodeTpInit(std::span<const std::byte> bytes) {
-  constexpr size_t kHeader = 11 * sizeof(int32_t);
+  constexpr size_t kHeader = 12 * sizeof(int32_t);
   Reader r(bytes.first(std::min<size_t>(bytes.size(), kHeader)));
-  int32_t v[11];
+  int32_t v[12];
   for (int32_t& x : v) {
     if (!r.Get(&x)) return Status::DataLoss("truncated tensor-parallel init message");
   }
   if (v[0] != kStepVersion) {
     return Status::FailedPrecondition("tensor-parallel ranks run different chunkserve versions");
   }
-  if (v[10] < 0 || static_cast<size_t>(v[10]) != bytes.size() - kHeader) {
+  if (v[11] < 0 || static_cast<size_t>(v[11]) != bytes.size() - kHeader) {
     return Status::DataLoss("bad model path in the tensor-parallel init message");
   }
   TpInit init;
@@ -97,6 +98,7 @@ Result<TpInit> DecodeTpInit(std::span<const std::byte> bytes) {
   init.op_timeout_ms = v[7];
   init.heartbeat_ms = v[8];
   init.backend = v[9];
+  init.weight_dtype = v[10];
   init.model_dir.assign(reinterpret_cast<const char*>(bytes.data()) + kHeader,
                         bytes.size() - kHeader);
   return init;

@@ -42,6 +42,7 @@ struct TpInit {
   int32_t op_timeout_ms = 0;
   int32_t heartbeat_ms = 0;
   int32_t backend = 0;  // forward::BackendKind; CUDA ranks use device `rank`
+  int32_t weight_dtype = 0;  // kernels::DType the leader's weights have (a GGUF's dequantization)
 };
 
 std::vector<std::byte> EncodeTpInit(const TpInit& init);

@@ -111,6 +111,7 @@ Result<std::unique_ptr<TpLeaderRunner>> TpLeaderRunner::Create(
   init.op_timeout_ms = static_cast<int32_t>(tp_options.op_timeout.count());
   init.heartbeat_ms = static_cast<int32_t>(tp_options.heartbeat_interval.count());
   init.backend = static_cast<int32_t>(options.backend);
+  init.weight_dtype = static_cast<int32_t>(model.dtype());
   std::vector<std::byte> frame;
   CHUNKSERVE_RETURN_IF_ERROR(
       SendMessage(comm, TpMessageKind::kInit, EncodeTpInit(init), tp_options.op_timeout, &frame));
@@ -269,7 +270,11 @@ Status RunTpFollower(Communicator* comm, std::chrono::milliseconds init_timeout)
 
   // Build the shard; every failure is reported to the group before returning it.
   std::unique_ptr<forward::LlamaModel> local;
-  Result<model::LoadedModel> model = model::LoadedModel::Load(init.model_dir);
+  // A GGUF dequantized to the leader's dtype (the fingerprint depends on it); safetensors keep
+  // their file's dtype whatever this says.
+  model::LoadModelOptions load_options;
+  load_options.gguf_dtype = static_cast<kernels::DType>(init.weight_dtype);
+  Result<model::LoadedModel> model = model::LoadedModel::Load(init.model_dir, load_options);
   Status built = model.status();
   if (built.ok() && model.value().fingerprint() != init.model_fingerprint) {
     built = Status::FailedPrecondition("rank " + std::to_string(comm->rank()) + " loaded " +
@@ -285,6 +290,7 @@ Status RunTpFollower(Communicator* comm, std::chrono::milliseconds init_timeout)
         model.value(), RankOptions(base, comm->rank()), ShardGroup(comm, op_timeout));
     built = shard.status();
     if (shard.ok()) local = std::move(shard).value();
+    model.value().ReleaseWeights();  // the shard holds its own copy
   }
   if (!built.ok()) {
     LOG(ERROR) << "tensor-parallel rank " << comm->rank() << ": " << built;

@@ -69,6 +69,7 @@ class TpLeaderRunner final : public forward::StepRunner {
   }
   const backend::KvArenaShape& kv_shape() const override { return local_->kv_shape(); }
   int32_t vocab_size() const override { return local_->vocab_size(); }
+  uint64_t weight_bytes() const override { return local_->weight_bytes(); }
   Status Forward(const forward::StepBatch& batch, std::span<float> logits) override;
   Status ForwardSample(const forward::StepBatch& batch, std::span<const backend::SampleRow> rows,
                        std::span<TokenId> tokens, std::span<TokenLogprobs> logprobs) override;

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <string>
 #include <thread>
 
 #include "runtime/model/model.h"
@@ -486,6 +487,39 @@ TEST(EngineCreateTest, BuiltInTinyModelServesAndLeavesNoFilesBehind) {
   r.max_new_tokens = 2;
   ASSERT_OK_AND_ASSIGN(auto s, (*engine)->Submit(r));
   EXPECT_EQ(Drain(*s).tokens.size(), 2u);
+}
+
+// The engine keeps each weight once, in the checkpoint's dtype (the CPU backend packs fp16 / bf16
+// weights half-size and drops the loaded checkpoint), and says so in its stats.
+TEST_F(EngineTest, WeightsAreResidentOnceInTheCheckpointDtype) {
+  uint64_t f32_bytes = 0;
+  for (const kernels::DType dtype : {kernels::DType::kF32, kernels::DType::kBF16}) {
+    testing::TempDir dir;
+    model::TinyModelOptions o = TestModel();
+    o.dtype = dtype;
+    ASSERT_OK(model::WriteTinyModel(dir.path(), o));
+    ASSERT_OK_AND_ASSIGN(model::LoadedModel checkpoint, model::LoadedModel::Load(dir.path()));
+    const uint64_t checkpoint_bytes = checkpoint.store().total_bytes();
+    const model::ModelConfig& c = checkpoint.config();
+    EngineOptions options = Options();
+    options.model_dir = dir.path().string();
+    ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(options));
+    const EngineStats s = engine->Stats();
+    SCOPED_TRACE(std::string(model::DTypeName(dtype)));
+    // The checkpoint's bytes, plus panel padding and fp32 norms: never a second copy.
+    EXPECT_GE(s.weight_bytes, checkpoint_bytes);
+    EXPECT_LE(s.weight_bytes, checkpoint_bytes + checkpoint_bytes / 4);
+    EXPECT_GT(s.resident_bytes, s.weight_bytes);
+    const uint64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), i = c.intermediate_size;
+    EXPECT_EQ(s.projection_flops_per_token,
+              2 * static_cast<uint64_t>(c.num_layers) * (2 * h * q + 2 * h * kv + 3 * h * i));
+    if (dtype == kernels::DType::kF32) {
+      f32_bytes = s.weight_bytes;
+    } else {
+      EXPECT_LT(s.weight_bytes, f32_bytes * 6 / 10) << "bf16 weights are kept half-size";
+    }
+    engine->Shutdown(ShutdownMode::kDrain);
+  }
 }
 
 }  // namespace

@@ -214,5 +214,16 @@ INSTANTIATE_TEST_SUITE_P(KvDtypes, LlamaCpuTest,
                                                      2e-3, kernels::DType::kF16}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// A model whose weights were released (the engine does so once its runner holds a copy) cannot
+// build another runner: a clear error, not a read of freed memory.
+TEST(LlamaModelCreateTest, ReleasedWeightsAreAFailedPrecondition) {
+  testing::TempDir dir;
+  ASSERT_OK(model::WriteTinyModel(dir.path(), testing::SmallTestModel(3)));
+  ASSERT_OK_AND_ASSIGN(model::LoadedModel m, model::LoadedModel::Load(dir.path()));
+  m.ReleaseWeights();
+  EXPECT_THAT(CreateLlamaModel(m, {.num_threads = 1, .num_slots = 8, .chunk_size = 16}).status(),
+              testing::StatusIs(StatusCode::kFailedPrecondition));
+}
+
 }  // namespace
 }  // namespace chunkserve::forward

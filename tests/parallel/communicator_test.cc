@@ -430,7 +430,9 @@ TEST(StepCodecTest, InitRoundTrip) {
   init.op_timeout_ms = 30000;
   init.heartbeat_ms = 1000;
   init.backend = 1;  // CUDA
+  init.weight_dtype = 2;  // bf16: followers dequantize a GGUF as the leader did
   ASSERT_OK_AND_ASSIGN(TpInit o, DecodeTpInit(EncodeTpInit(init)));
+  EXPECT_EQ(o.weight_dtype, 2);
   EXPECT_EQ(o.model_dir, init.model_dir);
   EXPECT_EQ(o.model_fingerprint, init.model_fingerprint);
   EXPECT_EQ(o.num_slots, 4096);
