@@ -9,12 +9,17 @@
 //                  [--seed S] [--kv-chunks C] [--batch B] [--prefill-rate TOK_PER_S]
 //                  [--kv-delay S] [--report-interval S] [--suffix MIN,MAX] [--output MIN,MAX]
 //                  [--spill-factor F] [--max-holders N] [--load-cap C] [--placement-slack S]
-//                  [--json] [--json-out FILE]
+//                  [--json] [--json-out FILE] [--log FILE.jsonl] [--plot DIR]
 //
 // Each policy runs on the same workload (same seed). --control adds a second run of every policy
 // on the negative control (same lengths, no shared prefixes). See router/README.md.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -44,6 +49,7 @@ constexpr const char* kUsage =
     "                      [--spill-factor F] [--max-holders N] [--load-cap C]\n"
     "                      [--placement-slack S] [--similar-fraction F] [--index-depth N]\n"
     "                      [--json] [--json-out FILE] [--log FILE.jsonl] [--per-worker]\n"
+    "                      [--plot DIR]\n"
     "                      [--quiet]\n";
 
 struct Flags {
@@ -57,6 +63,7 @@ struct Flags {
   bool json = false;
   std::string json_out;
   std::string log;
+  std::string plot;  // folder for results.json, requests.jsonl and the PNGs
   bool per_worker = false;
 };
 
@@ -193,6 +200,8 @@ Result<Flags> Parse(int argc, char** argv) {
         f.json_out = v;
       } else if (a == "--log") {
         f.log = v;
+      } else if (a == "--plot") {
+        f.plot = v;
       } else if (a == "--policies") {
         if (v != "all") {
           f.policies.clear();
@@ -210,6 +219,13 @@ Result<Flags> Parse(int argc, char** argv) {
   }
   if (f.control && !f.trace.empty()) {
     return Status::InvalidArgument("--control applies to the synthetic workload, not --trace");
+  }
+  if (!f.plot.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(f.plot, ec);
+    if (ec) return Status::InvalidArgument("--plot: cannot create " + f.plot + ": " + ec.message());
+    if (f.json_out.empty()) f.json_out = (std::filesystem::path(f.plot) / "results.json").string();
+    if (f.log.empty()) f.log = (std::filesystem::path(f.plot) / "requests.jsonl").string();
   }
   return f;
 }
@@ -251,6 +267,43 @@ Result<std::vector<sim::SimReport>> RunAll(const Flags& f, bool shared) {
 }
 
 }  // namespace
+
+// --plot: runs chunkserve-sim-plot.py (router/sim/tools/plot.py, copied next to this binary by the
+// build) on the files just written. The interpreter: $CHUNKSERVE_PYTHON, else the project's
+// virtual environment (.ci/python-deps installs matplotlib there), else python3 on the PATH.
+int Plot(const Flags& f) {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::filesystem::path script = self.parent_path() / "chunkserve-sim-plot.py";
+  if (ec || !std::filesystem::is_regular_file(script, ec)) {
+    std::cerr << "chunkserve-sim: --plot: " << script.string() << " is missing\n";
+    return 1;
+  }
+  std::string python = "python3";
+  if (const char* env = std::getenv("CHUNKSERVE_PYTHON"); env != nullptr && *env != '\0') {
+    python = env;
+  } else if (const char* home = std::getenv("HOME"); home != nullptr) {
+    const std::filesystem::path venv =
+        std::filesystem::path(home) / ".cache" / "chunkserve" / "venv" / "bin" / "python";
+    if (std::filesystem::exists(venv, ec)) python = venv.string();
+  }
+  const std::vector<std::string> args = {python, script.string(), "--json", f.json_out,
+                                         "--log", f.log, "--out", f.plot};
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawnp(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+    std::cerr << "chunkserve-sim: --plot: cannot run " << python << "\n";
+    return 1;
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::cerr << "chunkserve-sim: --plot: the plot script failed\n";
+    return 1;
+  }
+  return 0;
+}
 
 int main(int argc, char** argv) {
   Result<Flags> flags = Parse(argc, argv);
@@ -333,5 +386,6 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  if (!f.plot.empty()) return Plot(f);
   return 0;
 }
