@@ -4,9 +4,10 @@
 // CUDA, so it does not link the CUDA backend: when an engine asks for one, CreateCudaBackend loads
 // it from the plugin library libchunkserve_cuda.so.0 (dlopen by soname, found next to
 // libchunkserve.so through its $ORIGIN run path or wherever the loader looks; never a relative
-// path), which links the CUDA runtime and cuBLAS. Programs built in this tree that run CUDA
-// directly (chunkserve-worker, the benchmarks, the GPU tests) link chunkserve::cuda_backend
-// instead, which registers the factory at start-up, and never load the plugin.
+// path), which links the CUDA runtime and cuBLAS. chunkserve-worker and chunkserve-demo load it
+// the same way (from ../lib next to their bin/): a CPU-only worker then never maps cuBLAS, which
+// alone adds ~150 MB of resident memory. The benchmarks and the GPU tests link
+// chunkserve::cuda_backend instead, which registers the factory at start-up.
 //
 // The plugin is built from the same sources as the library that loads it and is accepted only
 // when its build identity (release, compiler) equals the loader's: Backend is a C++ interface.

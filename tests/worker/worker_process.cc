@@ -6,6 +6,8 @@
 
 namespace chunkserve::worker::testing {
 
+std::string WorkerProcess::Binary() { return CHUNKSERVE_WORKER_BIN; }
+
 Result<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(const std::vector<std::string>& args) {
   std::unique_ptr<WorkerProcess> p(new WorkerProcess());
   // The built-in tiny model unless the test names a model (a worker needs one or the other).

@@ -20,6 +20,8 @@ class WorkerProcess : public ::chunkserve::testing::ServerProcess {
   // Starts chunkserve-worker with `args` plus --listen/--http on 127.0.0.1:0 (and --tiny-model
   // unless `args` name --model or --tiny-model) and waits (deadline) for it to print its ports.
   static Result<std::unique_ptr<WorkerProcess>> Start(const std::vector<std::string>& args);
+  // The chunkserve-worker binary of this build.
+  static std::string Binary();
 };
 
 }  // namespace chunkserve::worker::testing

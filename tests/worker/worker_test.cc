@@ -2,17 +2,22 @@
 // concurrent clients, cancellation, disconnects free chunks, overload, malformed frames, KV
 // events with snapshots, HTTP probes and metrics, SIGTERM drain.
 #include <capnp/message.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <set>
+#include <string>
 #include <thread>
 
 #include "runtime/engine/engine.h"
 #include "runtime/wire/client.h"
+#include "tests/testing/gpu.h"
 #include "tests/testing/random.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/worker_process.h"
@@ -482,6 +487,28 @@ TEST(WorkerTest, DrainDeadlineEndsLeftoverRequestsAsUnavailable) {
   EXPECT_EQ(s.reason, wire::schema::FinishReason::UNAVAILABLE);
   ASSERT_OK_AND_ASSIGN(int code, worker->Wait(30s));
   EXPECT_EQ(code, 0);
+}
+
+// chunkserve-worker does not link CUDA: --backend cuda loads the backend from the plugin next to
+// the build's lib/ (runtime/backend/cuda_plugin.h). Without a device that must end in the
+// backend's own "no CUDA device" error, which proves the plugin was found and loaded; a missing
+// or refused plugin says so instead.
+TEST(WorkerCudaPluginTest, BackendCudaLoadsThePluginAndSaysWhenThereIsNoDevice) {
+  if (chunkserve::testing::CudaDeviceCount() > 0) GTEST_SKIP() << "this machine has a CUDA device";
+  const std::string command = WorkerProcess::Binary() +
+                              " --tiny-model --backend cuda --listen 127.0.0.1:0 2>&1";
+  FILE* out = popen(command.c_str(), "r");
+  ASSERT_NE(out, nullptr);
+  std::string text;
+  char buf[512];
+  while (std::fgets(buf, sizeof(buf), out) != nullptr) text += buf;
+  const int status = pclose(out);
+#if defined(CHUNKSERVE_HAVE_CUDA)
+  EXPECT_THAT(text, ::testing::HasSubstr("no CUDA device"));
+#else
+  EXPECT_THAT(text, ::testing::HasSubstr("CUDA"));
+#endif
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << text;
 }
 
 }  // namespace
