@@ -95,9 +95,10 @@ KernelStatus Gemm(const GemmParams& p) {
   if (p.num_threads > 0) threads = std::min<int64_t>(threads, p.num_threads);
   // Waking a pool thread costs microseconds (tens to hundreds on a loaded host), as much as
   // a small product: each extra thread gets at least kMinMacsPerThread multiply-adds (~10 us).
-  constexpr int64_t kMinMacsPerThread = int64_t{1} << 21;
-  const int64_t macs = p.m * p.n * p.k;
-  const int64_t parts = std::min({threads, panels, std::max<int64_t>(1, macs / kMinMacsPerThread)});
+  constexpr double kMinMacsPerThread = double{1 << 21};
+  const double macs = static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
+  const int64_t by_work = static_cast<int64_t>(std::min(macs / kMinMacsPerThread, 1e6));
+  const int64_t parts = std::min({threads, panels, std::max<int64_t>(1, by_work)});
   if (parts <= 1) {
     run(p, 0, panels);
     return KernelStatus::kOk;
