@@ -8,11 +8,20 @@
 #include <vector>
 
 #include "router/sim/simulator.h"
-#include "router/workload.h"
 #include "runtime/kvcache/chunk_hash.h"
+#include "runtime/workload/workload.h"
 #include "tests/testing/status_matchers.h"
 
 namespace chunkserve::router {
+
+using workload::BlockChunkHashes;
+using workload::LoadTrace;
+using workload::ParseTrace;
+using workload::PromptLength;
+using workload::SynthesizeBlockTokens;
+using workload::TraceOptions;
+using workload::WorkloadRequest;
+using workload::WorkloadSource;
 
 const std::string kSample =
     std::string(CHUNKSERVE_SOURCE_DIR) + "/tests/router/data/block_trace_sample.jsonl";
