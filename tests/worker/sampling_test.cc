@@ -9,6 +9,7 @@
 
 #include "runtime/engine/engine.h"
 #include "runtime/wire/client.h"
+#include "tests/testing/engine_fixture.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/worker_process.h"
 
@@ -79,23 +80,12 @@ std::vector<uint32_t> InProcess(const Sampling& s) {
   o.tiny_model = true;  // the worker's --tiny-model
   o.num_threads = 2;
   o.kv_cache_bytes = 64u << 20;
-  auto engine = engine::Engine::Create(o);
-  EXPECT_OK(engine.status());
-  if (!engine.ok()) return {};
   sched::RequestOptions r;
   for (uint32_t t : SampledPrompt()) r.prompt.push_back(static_cast<TokenId>(t));
   r.max_new_tokens = kMaxNew;
   r.sampling = {.temperature = s.temperature, .top_k = s.top_k, .top_p = s.top_p, .seed = s.seed};
-  auto stream = engine.value()->Submit(r);
-  EXPECT_OK(stream.status());
-  if (!stream.ok()) return {};
-  std::vector<uint32_t> out;
-  sched::StreamEvent e;
-  while (stream.value()->Next(&e, 60s) == sched::RequestStream::NextResult::kEvent) {
-    if (e.kind == sched::StreamEvent::Kind::kToken) out.push_back(static_cast<uint32_t>(e.token));
-  }
-  engine.value()->Shutdown(engine::ShutdownMode::kDrain);
-  return out;
+  const std::vector<TokenId> tokens = chunkserve::testing::RunEachAlone(o, {r})[0].tokens;
+  return std::vector<uint32_t>(tokens.begin(), tokens.end());
 }
 
 // Kills the mutation worker-drops-sampling-seed (tests/mutation).
