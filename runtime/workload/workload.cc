@@ -64,68 +64,95 @@ int32_t ZipfPick(const std::vector<double>& cdf, double u) {
                           static_cast<ptrdiff_t>(cdf.size()) - 1));
 }
 
-class SyntheticSource final : public WorkloadSource {
+// The tenants of a workload: prefix lengths, Zipf popularity, prefix tokens made on first use.
+class Tenants {
  public:
-  explicit SyntheticSource(const WorkloadOptions& o)
-      : o_(o),
-        rng_(SeedFor(o.seed, 0, 0)),
+  explicit Tenants(const WorkloadOptions& o)
+      : seed_(o.seed),
+        vocab_(o.vocab_size),
         lengths_(TenantPrefixLengths(o)),
         cdf_(ZipfCdf(o.tenants, o.zipf_s)),
         prefixes_(static_cast<size_t>(o.tenants)) {}
 
-  std::optional<WorkloadRequest> Next() override {
-    if (next_ >= o_.num_requests) return std::nullopt;
+  int32_t Pick(Rng& rng) const { return ZipfPick(cdf_, rng.Uniform01()); }
+  int32_t Length(int32_t tenant) const { return lengths_[static_cast<size_t>(tenant)]; }
+  const std::vector<TokenId>& Prefix(int32_t tenant) {
+    auto& p = prefixes_[static_cast<size_t>(tenant)];
+    if (p.empty()) p = PrefixTokens(seed_, tenant, Length(tenant), vocab_);
+    return p;
+  }
+
+ private:
+  uint64_t seed_;
+  int32_t vocab_;
+  std::vector<int32_t> lengths_;
+  std::vector<double> cdf_;
+  std::vector<std::vector<TokenId>> prefixes_;
+};
+
+// Request indices and Poisson arrival times (all at t = 0 for rate 0).
+class Arrivals {
+ public:
+  // The next request with its index and arrival set, or nullopt after num_requests.
+  std::optional<WorkloadRequest> Next(const WorkloadOptions& o, Rng& rng) {
+    if (next_ >= o.num_requests) return std::nullopt;
     WorkloadRequest r;
     r.index = static_cast<uint64_t>(next_++);
-    if (o_.arrival_rate > 0) now_ += rng_.Exponential(o_.arrival_rate);
+    if (o.arrival_rate > 0) now_ += rng.Exponential(o.arrival_rate);
     r.arrival_s = now_;
-    const int32_t tenant = ZipfPick(cdf_, rng_.Uniform01());
+    return r;
+  }
+
+ private:
+  int64_t next_ = 0;
+  double now_ = 0;
+};
+
+class SyntheticSource final : public WorkloadSource {
+ public:
+  explicit SyntheticSource(const WorkloadOptions& o)
+      : o_(o), rng_(SeedFor(o.seed, 0, 0)), tenants_(o) {}
+
+  std::optional<WorkloadRequest> Next() override {
+    std::optional<WorkloadRequest> next = arrivals_.Next(o_, rng_);
+    if (!next) return next;
+    WorkloadRequest& r = *next;
+    const int32_t tenant = tenants_.Pick(rng_);
     const auto suffix =
         static_cast<int32_t>(rng_.UniformInt(o_.min_suffix_tokens, o_.max_suffix_tokens));
     r.output_tokens =
         static_cast<int32_t>(rng_.UniformInt(o_.min_output_tokens, o_.max_output_tokens));
-    const int32_t prefix_len = lengths_[static_cast<size_t>(tenant)];
+    const int32_t prefix_len = tenants_.Length(tenant);
     if (o_.shared_prefixes && prefix_len > 0) {
       r.tenant = tenant;
       r.prefix_tokens = prefix_len;
-      auto& p = prefixes_[static_cast<size_t>(tenant)];
-      if (p.empty()) p = PrefixTokens(o_.seed, tenant, prefix_len, o_.vocab_size);
       r.prompt.reserve(static_cast<size_t>(prefix_len + suffix));
-      r.prompt = p;
+      r.prompt = tenants_.Prefix(tenant);
     } else {
       // Same lengths, fresh tokens: the control has the same prefill work but nothing to share.
       AppendRandomTokens(rng_, prefix_len, o_.vocab_size, r.prompt);
     }
     AppendRandomTokens(rng_, suffix, o_.vocab_size, r.prompt);
-    return r;
+    return next;
   }
 
  private:
   WorkloadOptions o_;
   Rng rng_;
-  std::vector<int32_t> lengths_;
-  std::vector<double> cdf_;
-  std::vector<std::vector<TokenId>> prefixes_;
-  int64_t next_ = 0;
-  double now_ = 0;
+  Tenants tenants_;
+  Arrivals arrivals_;
 };
 
 // multi_turn and agent (workload.h, WorkloadFamily).
 class ConversationSource final : public WorkloadSource {
  public:
   explicit ConversationSource(const WorkloadOptions& o)
-      : o_(o),
-        rng_(SeedFor(o.seed, 5, 0)),
-        lengths_(TenantPrefixLengths(o)),
-        cdf_(ZipfCdf(o.tenants, o.zipf_s)),
-        prefixes_(static_cast<size_t>(o.tenants)) {}
+      : o_(o), rng_(SeedFor(o.seed, 5, 0)), tenants_(o) {}
 
   std::optional<WorkloadRequest> Next() override {
-    if (next_ >= o_.num_requests) return std::nullopt;
-    WorkloadRequest r;
-    r.index = static_cast<uint64_t>(next_++);
-    if (o_.arrival_rate > 0) now_ += rng_.Exponential(o_.arrival_rate);
-    r.arrival_s = now_;
+    std::optional<WorkloadRequest> next = arrivals_.Next(o_, rng_);
+    if (!next) return next;
+    WorkloadRequest& r = *next;
     const double p_new = 2.0 / (o_.min_turns + o_.max_turns);
     const auto message =
         static_cast<int32_t>(rng_.UniformInt(o_.min_suffix_tokens, o_.max_suffix_tokens));
@@ -150,13 +177,8 @@ class ConversationSource final : public WorkloadSource {
         }
         conv.tokens = system_;
       } else {
-        conv.tenant = ZipfPick(cdf_, rng_.Uniform01());
-        auto& p = prefixes_[static_cast<size_t>(conv.tenant)];
-        if (p.empty()) {
-          p = PrefixTokens(o_.seed, conv.tenant, lengths_[static_cast<size_t>(conv.tenant)],
-                           o_.vocab_size);
-        }
-        conv.tokens = p;
+        conv.tenant = tenants_.Pick(rng_);
+        conv.tokens = tenants_.Prefix(conv.tenant);
       }
       conv.prefix_tokens = static_cast<int32_t>(conv.tokens.size());
       active_.push_back(std::move(conv));
@@ -169,7 +191,7 @@ class ConversationSource final : public WorkloadSource {
     // The answer becomes part of the next turn's prompt.
     AppendRandomTokens(rng_, r.output_tokens, o_.vocab_size, conv.tokens);
     if (--conv.turns_left == 0) End(c);
-    return r;
+    return next;
   }
 
  private:
@@ -186,13 +208,10 @@ class ConversationSource final : public WorkloadSource {
 
   WorkloadOptions o_;
   Rng rng_;
-  std::vector<int32_t> lengths_;
-  std::vector<double> cdf_;
-  std::vector<std::vector<TokenId>> prefixes_;
+  Tenants tenants_;
+  Arrivals arrivals_;
   std::vector<TokenId> system_;
   std::vector<Conversation> active_;
-  int64_t next_ = 0;
-  double now_ = 0;
 };
 
 // The negative control of a family: same lengths and arrivals, every token fresh.
