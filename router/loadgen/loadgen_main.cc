@@ -2,9 +2,10 @@
 // the wire protocol and reports prefix hit rate, TTFT and end-to-end latency percentiles,
 // throughput, load imbalance and routing precision; see router/README.md ("Load generator").
 //
-// The workload is router/workload.h's synthetic multi-tenant generator (Zipf tenant popularity,
-// Poisson arrivals) or a JSONL trace. Arrivals are open loop: each request is sent at its arrival
-// time whatever the state of earlier ones, over a few connections (round robin). Every run also
+// The workload is runtime/workload/workload.h's synthetic generator (a family: multi-tenant with
+// Zipf tenant popularity, multi-turn, agent, long documents; Poisson arrivals) or a trace.
+// Arrivals are open loop: each request is sent at its arrival time whatever the state of earlier
+// ones, over a few connections (round robin). Every run also
 // replays the negative control -- the same lengths and arrivals with no shared prefixes -- so the
 // hit rate of the shared workload can be read against what sharing-free traffic gets.
 //
@@ -22,7 +23,6 @@
 #include <capnp/message.h>
 
 #include <algorithm>
-#include "runtime/wire/asio.h"
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -36,18 +36,30 @@
 #include <vector>
 
 #include "router/loadgen/report.h"
-#include "router/workload.h"
 #include "runtime/base/status.h"
+#include "runtime/wire/asio.h"
 #include "runtime/wire/auth.h"
 #include "runtime/wire/client_protocol.h"
 #include "runtime/wire/connection.h"
 #include "runtime/wire/tls.h"
+#include "runtime/workload/workload.h"
 
 namespace chunkserve::router {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using wire::schema::Envelope;
+using workload::ForFamily;
+using workload::LoadTrace;
+using workload::MakeSyntheticWorkload;
+using workload::ParseWorkloadFamily;
+using workload::ReadAll;
+using workload::Rng;
+using workload::TraceOptions;
+using workload::WorkloadFamily;
+using workload::WorkloadOptions;
+using workload::WorkloadRequest;
+using workload::WorkloadSource;
 
 struct Options {
   std::string host = "127.0.0.1";
@@ -305,9 +317,7 @@ class Phase {
 
 Result<std::vector<WorkloadRequest>> Collect(Result<std::unique_ptr<WorkloadSource>> source) {
   if (!source.ok()) return source.status();
-  std::vector<WorkloadRequest> out;
-  while (auto r = source.value()->Next()) out.push_back(std::move(*r));
-  return out;
+  return ReadAll(*source.value());
 }
 
 bool ParseIntList(const std::string& s, std::vector<int32_t>* out) {

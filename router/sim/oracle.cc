@@ -26,7 +26,7 @@ struct LruCache {
 
 }  // namespace
 
-Result<OracleReport> ComputeOracles(const SimOptions& o, WorkloadSource& source,
+Result<OracleReport> ComputeOracles(const SimOptions& o, workload::WorkloadSource& source,
                                     double affinity_slack) {
   if (o.num_workers < 1 || o.chunk_size < 1 || o.worker.kv_capacity_chunks < 1 ||
       !(affinity_slack >= 1)) {
@@ -40,8 +40,8 @@ Result<OracleReport> ComputeOracles(const SimOptions& o, WorkloadSource& source,
   std::vector<LruCache> caches(n);
   std::vector<double> work(n, 0);  // uncached prompt tokens served, per worker
   double total_work = 0;
-  while (std::optional<WorkloadRequest> req = source.Next()) {
-    const int64_t prompt = PromptLength(*req);
+  while (std::optional<workload::WorkloadRequest> req = source.Next()) {
+    const int64_t prompt = workload::PromptLength(*req);
     if (prompt < 1) continue;
     CHUNKSERVE_ASSIGN_OR_RETURN(std::vector<uint64_t> chain,
                                 RequestChain(*req, seed, o.chunk_size));

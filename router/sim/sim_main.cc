@@ -35,6 +35,7 @@ using chunkserve::Result;
 using chunkserve::Status;
 namespace router = chunkserve::router;
 namespace sim = chunkserve::router::sim;
+namespace workload = chunkserve::workload;
 
 constexpr const char* kUsage =
     "usage: chunkserve-sim [--workload multi_tenant|multi_turn|agent|long_doc]\n"
@@ -54,12 +55,12 @@ constexpr const char* kUsage =
 
 struct Flags {
   sim::SimOptions sim;
-  router::WorkloadOptions workload;
+  workload::WorkloadOptions workload;
   std::vector<router::PolicyKind> policies = router::AllPolicyKinds();
   bool control = false;
   double control_rate = 0;  // 0: same as --rate
   std::string trace;
-  router::TraceOptions trace_options;
+  workload::TraceOptions trace_options;
   bool json = false;
   std::string json_out;
   std::string log;
@@ -100,13 +101,13 @@ Result<Flags> Parse(int argc, char** argv) {
   bool kv_chunks_given = false;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--workload") {
-      CHUNKSERVE_ASSIGN_OR_RETURN(router::WorkloadFamily family,
-                                  router::ParseWorkloadFamily(argv[i + 1]));
-      f.workload = router::ForFamily(family);
+      CHUNKSERVE_ASSIGN_OR_RETURN(workload::WorkloadFamily family,
+                                  workload::ParseWorkloadFamily(argv[i + 1]));
+      f.workload = workload::ForFamily(family);
     }
     kv_chunks_given |= std::string(argv[i]) == "--kv-chunks";
   }
-  if (f.workload.family == router::WorkloadFamily::kLongDoc && !kv_chunks_given) {
+  if (f.workload.family == workload::WorkloadFamily::kLongDoc && !kv_chunks_given) {
     f.sim.worker.kv_capacity_chunks = 4096;  // documents reach 120k tokens (1,885 chunks)
   }
   for (int i = 1; i < argc; ++i) {
@@ -230,18 +231,18 @@ Result<Flags> Parse(int argc, char** argv) {
   return f;
 }
 
-Result<std::unique_ptr<router::WorkloadSource>> MakeSource(const Flags& f, bool shared) {
-  std::unique_ptr<router::WorkloadSource> source;
+Result<std::unique_ptr<workload::WorkloadSource>> MakeSource(const Flags& f, bool shared) {
+  std::unique_ptr<workload::WorkloadSource> source;
   if (!f.trace.empty()) {
-    router::TraceOptions t = f.trace_options;
+    workload::TraceOptions t = f.trace_options;
     t.vocab_size = f.workload.vocab_size;
     t.seed = f.workload.seed;
-    CHUNKSERVE_ASSIGN_OR_RETURN(source, router::LoadTrace(f.trace, t));
+    CHUNKSERVE_ASSIGN_OR_RETURN(source, workload::LoadTrace(f.trace, t));
   } else {
-    router::WorkloadOptions w = f.workload;
+    workload::WorkloadOptions w = f.workload;
     w.shared_prefixes = shared;
     if (!shared && f.control_rate > 0) w.arrival_rate = f.control_rate;
-    CHUNKSERVE_ASSIGN_OR_RETURN(source, router::MakeSyntheticWorkload(w));
+    CHUNKSERVE_ASSIGN_OR_RETURN(source, workload::MakeSyntheticWorkload(w));
   }
   return source;
 }
@@ -249,12 +250,12 @@ Result<std::unique_ptr<router::WorkloadSource>> MakeSource(const Flags& f, bool 
 Result<std::vector<sim::SimReport>> RunAll(const Flags& f, bool shared) {
   std::vector<sim::SimReport> out;
   // The oracles depend on the workload only: once per workload, printed beside every policy.
-  CHUNKSERVE_ASSIGN_OR_RETURN(std::unique_ptr<router::WorkloadSource> oracle_source,
+  CHUNKSERVE_ASSIGN_OR_RETURN(std::unique_ptr<workload::WorkloadSource> oracle_source,
                               MakeSource(f, shared));
   CHUNKSERVE_ASSIGN_OR_RETURN(sim::OracleReport oracle,
                               sim::ComputeOracles(f.sim, *oracle_source));
   for (router::PolicyKind kind : f.policies) {
-    CHUNKSERVE_ASSIGN_OR_RETURN(std::unique_ptr<router::WorkloadSource> source,
+    CHUNKSERVE_ASSIGN_OR_RETURN(std::unique_ptr<workload::WorkloadSource> source,
                                 MakeSource(f, shared));
     sim::SimOptions o = f.sim;
     o.router.policy_kind = kind;
@@ -319,7 +320,7 @@ int main(int argc, char** argv) {
   nlohmann::json all = nlohmann::json::object();
   all["config"] = {
       {"workers", f.sim.num_workers},
-      {"workload", std::string(router::WorkloadFamilyName(f.workload.family))},
+      {"workload", std::string(workload::WorkloadFamilyName(f.workload.family))},
       {"tenants", f.workload.tenants},
       {"requests", f.workload.num_requests},
       {"rate_rps", f.workload.arrival_rate},
@@ -356,7 +357,7 @@ int main(int argc, char** argv) {
         std::printf(
             "%s %s workload: %d workers (KV %d chunks each), %d tenants, %lld requests at %.1f "
             "req/s (seed %llu)\n",
-            label.c_str(), std::string(router::WorkloadFamilyName(f.workload.family)).c_str(),
+            label.c_str(), std::string(workload::WorkloadFamilyName(f.workload.family)).c_str(),
             f.sim.num_workers, f.sim.worker.kv_capacity_chunks, f.workload.tenants,
             static_cast<long long>(f.workload.num_requests),
             !shared && f.control_rate > 0 ? f.control_rate : f.workload.arrival_rate,

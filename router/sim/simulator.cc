@@ -94,7 +94,8 @@ LatencySummary Summarize(std::vector<double> v) {
 
 class Simulation {
  public:
-  Simulation(const SimOptions& o, WorkloadSource& source, std::unique_ptr<RouterCore> core)
+  Simulation(const SimOptions& o, workload::WorkloadSource& source,
+             std::unique_ptr<RouterCore> core)
       : o_(o),
         source_(source),
         core_(std::move(core)),
@@ -186,7 +187,7 @@ class Simulation {
   }
 
   Status PullArrival() {
-    std::optional<WorkloadRequest> next = source_.Next();
+    std::optional<workload::WorkloadRequest> next = source_.Next();
     if (!next) {
       next_arrival_.reset();
       return Status::Ok();
@@ -194,7 +195,7 @@ class Simulation {
     auto r = std::make_unique<Request>();
     r->id = next->index;
     r->arrival = next->arrival_s;
-    r->prompt_tokens = PromptLength(*next);
+    r->prompt_tokens = workload::PromptLength(*next);
     r->output_tokens = std::max(1, next->output_tokens);
     if (r->prompt_tokens < 1) {
       return Status::InvalidArgument("sim: request " + std::to_string(r->id) + " has no prompt");
@@ -516,7 +517,7 @@ class Simulation {
   }
 
   const SimOptions& o_;
-  WorkloadSource& source_;
+  workload::WorkloadSource& source_;
   std::unique_ptr<RouterCore> core_;
   const uint64_t seed_;
   std::vector<Worker> workers_;
@@ -555,16 +556,17 @@ Status Validate(const SimOptions& o) {
 
 }  // namespace
 
-Result<std::vector<uint64_t>> RequestChain(const WorkloadRequest& r, uint64_t chain_seed,
+Result<std::vector<uint64_t>> RequestChain(const workload::WorkloadRequest& r, uint64_t chain_seed,
                                            int32_t chunk_size) {
   if (r.prompt.empty() && !r.block_ids.empty()) {
     // A block-hash trace: the chain follows block identity, no tokens needed.
-    return BlockChunkHashes(chain_seed, chunk_size, r.block_size, r.block_ids, r.prompt_length);
+    return workload::BlockChunkHashes(chain_seed, chunk_size, r.block_size, r.block_ids,
+                                      r.prompt_length);
   }
   return kv::FullChunkHashes(chain_seed, chunk_size, r.prompt);
 }
 
-Result<SimReport> RunSimulation(const SimOptions& options, WorkloadSource& source) {
+Result<SimReport> RunSimulation(const SimOptions& options, workload::WorkloadSource& source) {
   CHUNKSERVE_RETURN_IF_ERROR(Validate(options));
   RouterCoreOptions core_options = options.router;
   core_options.chain_seeds = {kv::ChunkHashSeed(options.model_fingerprint, options.chunk_size)};

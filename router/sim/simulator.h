@@ -42,7 +42,7 @@
 #include <vector>
 
 #include "router/routing.h"
-#include "router/workload.h"
+#include "runtime/workload/workload.h"
 
 namespace chunkserve::router::sim {
 
@@ -132,20 +132,20 @@ struct OracleReport {
   double infinite_hit_rate = 0;
   double affinity_hit_rate = 0;
 };
-Result<OracleReport> ComputeOracles(const SimOptions& options, WorkloadSource& source,
+Result<OracleReport> ComputeOracles(const SimOptions& options, workload::WorkloadSource& source,
                                     double affinity_slack = 1.25);
 
 // The chunk hash chain the simulator uses for a request (real hashes of its tokens, or the
 // block-id derived chain of a block-hash trace request).
-Result<std::vector<uint64_t>> RequestChain(const WorkloadRequest& request, uint64_t chain_seed,
-                                           int32_t chunk_size);
+Result<std::vector<uint64_t>> RequestChain(const workload::WorkloadRequest& request,
+                                           uint64_t chain_seed, int32_t chunk_size);
 
 // Runs one policy over the workload `source` (consumed). With options.log, each finished request
 // writes {"policy", "id", "arrival_s", "worker", "reason", "prompt_tokens",
 // "predicted_cached_tokens", "cached_tokens", "ttft_s", "first_token_s", "end_s",
 // "output_tokens"} as one line (times in simulated seconds since the start). InvalidArgument for bad options; a
 // request that can never fit a worker's KV cache is an error too (the workload is too long).
-Result<SimReport> RunSimulation(const SimOptions& options, WorkloadSource& source);
+Result<SimReport> RunSimulation(const SimOptions& options, workload::WorkloadSource& source);
 
 // Renders reports as an aligned text table / a JSON array.
 std::string FormatTable(const std::vector<SimReport>& reports);

@@ -29,6 +29,7 @@
 #include "runtime/model/tiny_model.h"
 #include "runtime/plan/tpp_plan.h"
 #include "runtime/sched/sampler.h"
+#include "tests/testing/engine_fixture.h"
 #include "tests/testing/gpu.h"
 #include "tests/testing/random.h"
 #include "tests/testing/status_matchers.h"
@@ -419,20 +420,9 @@ std::vector<std::vector<TokenId>> RunEngine(const engine::EngineOptions& options
   }
   std::vector<std::vector<TokenId>> out;
   for (auto& s : streams) {
-    std::vector<TokenId> toks;
-    const auto give_up = std::chrono::steady_clock::now() + 120s;
-    sched::StreamEvent ev;
-    while (std::chrono::steady_clock::now() < give_up) {
-      const auto r = s->Next(&ev, 100ms);
-      if (r == sched::RequestStream::NextResult::kEnded) break;
-      if (r == sched::RequestStream::NextResult::kTimeout) continue;
-      if (ev.kind == sched::StreamEvent::Kind::kToken) {
-        toks.push_back(ev.token);
-      } else {
-        EXPECT_EQ(ev.finish.reason, FinishReason::kLength);
-      }
-    }
-    out.push_back(std::move(toks));
+    testing::StreamOutcome o = testing::Drain(*s, 120s);
+    EXPECT_EQ(o.finish.reason, FinishReason::kLength);
+    out.push_back(std::move(o.tokens));
   }
   if (stats != nullptr) *stats = e->Stats();
   return out;

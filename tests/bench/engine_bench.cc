@@ -9,16 +9,16 @@
 #include <thread>
 #include <cstdlib>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "runtime/base/logging.h"
 #include "runtime/base/process_memory.h"
 #include "runtime/engine/engine.h"
-#include "runtime/engine/workload.h"
+#include "runtime/engine/workload_runner.h"
+#include "runtime/workload/workload.h"
 #include "tests/bench/bench.h"
 #include "tests/bench/machine_peaks.h"
 
@@ -142,14 +142,16 @@ int EngineMain(int argc, char** argv) {
           std::cerr << "engine: " << eng.status() << "\n";
           return 1;
         }
-        engine::WorkloadOptions w;
+        workload::WorkloadOptions w = workload::ForSharedPrefix(np, ns, f.nc);
         w.num_requests = f.requests;
-        w.system_prompt_lengths = ns > 0 ? std::vector<int32_t>{ns} : std::vector<int32_t>{};
-        w.min_suffix_tokens = w.max_suffix_tokens = np - ns;
-        w.max_new_tokens = f.nc;
         w.arrival_rate = f.rate;
         w.vocab_size = (*eng)->vocab_size();
-        auto report = engine::RunWorkload(**eng, engine::MakeWorkload(w));
+        auto requests = workload::GenerateWorkload(w);
+        if (!requests.ok()) {
+          std::cerr << "chunkserve-bench engine: " << requests.status() << "\n";
+          return 2;
+        }
+        auto report = engine::RunWorkload(**eng, *requests);
         (*eng)->Shutdown(engine::ShutdownMode::kDrain);
         if (!report.ok()) {
           std::cerr << "run: " << report.status() << "\n";

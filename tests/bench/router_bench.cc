@@ -28,15 +28,15 @@
 #include <vector>
 
 #include "router/routing.h"
-#include "router/workload.h"
 #include "runtime/kvcache/chunk_hash.h"
+#include "runtime/workload/workload.h"
 #include "tests/bench/bench.h"
 
 namespace chunkserve::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using router::Rng;
+using workload::Rng;
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -107,7 +107,7 @@ int RouterMain(int argc, char** argv) {
   Rng rng(12345);
 
   // Tenants: lengths around Table 2, real tokens, real hashes; Zipf popularity.
-  router::WorkloadOptions wo;
+  workload::WorkloadOptions wo;
   wo.tenants = cfg.tenants;
   wo.max_prefix_tokens = cfg.prompt_tokens - cs;  // leave room for a user part
   if (cfg.prompt_tokens > 8192) {
@@ -115,7 +115,7 @@ int RouterMain(int argc, char** argv) {
     // index holds chains as deep as the prompts and lookups walk them.
     wo.prefix_length_bases = {cfg.prompt_tokens * 2 / 3};
   }
-  const std::vector<int32_t> lengths = router::TenantPrefixLengths(wo);
+  const std::vector<int32_t> lengths = workload::TenantPrefixLengths(wo);
   std::vector<std::vector<TokenId>> tenant_tokens(static_cast<size_t>(cfg.tenants));
   std::vector<std::vector<uint64_t>> tenant_chain(static_cast<size_t>(cfg.tenants));
   std::vector<double> cdf;
@@ -149,10 +149,9 @@ int RouterMain(int argc, char** argv) {
   const auto build_start = Clock::now();
   for (int32_t w = 0; w < cfg.workers; ++w) {
     router::WorkerInfo info;
-    info.id =
-        WorkerId(cfg.hashed_ids
-                     ? static_cast<uint32_t>(router::Rng(static_cast<uint64_t>(w)).NextU64() >> 33)
-                     : static_cast<uint32_t>(w));
+    info.id = WorkerId(cfg.hashed_ids ? static_cast<uint32_t>(
+                                            workload::Rng(static_cast<uint64_t>(w)).NextU64() >> 33)
+                                      : static_cast<uint32_t>(w));
     info.generation = 1;
     info.max_batch_size = 64;
     if (!core->AddWorker(info).ok()) return 1;
@@ -176,7 +175,7 @@ int RouterMain(int argc, char** argv) {
       uint64_t parent = base.empty() ? seed : base.back();
       const int64_t n = std::min<int64_t>(rng.UniformInt(4, 16), cfg.kv_chunks - used);
       for (int64_t i = 0; i < n; ++i) {
-        const uint64_t h = router::Rng(fresh++).NextU64();
+        const uint64_t h = workload::Rng(fresh++).NextU64();
         snap.stored.push_back({h, parent});
         parent = h;
       }

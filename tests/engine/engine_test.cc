@@ -15,6 +15,7 @@
 
 #include "runtime/model/model.h"
 #include "runtime/model/tiny_model.h"
+#include "tests/testing/engine_fixture.h"
 #include "tests/testing/random.h"
 #include "tests/testing/reference_model.h"
 #include "tests/testing/status_matchers.h"
@@ -32,44 +33,13 @@ using sched::StreamEvent;
 
 model::TinyModelOptions TestModel() { return testing::SmallTestModel(7); }
 
-struct Outcome {
-  std::vector<TokenId> tokens;
-  sched::FinishInfo finish;
-  int terminal_events = 0;
-};
+using Outcome = testing::StreamOutcome;
+using testing::Drain;
 
-// Pulls a stream to its end (with a generous deadline so a hang fails instead of blocking).
-Outcome Drain(RequestStream& s) {
-  Outcome out;
-  const auto give_up = std::chrono::steady_clock::now() + 60s;
-  StreamEvent e;
-  while (std::chrono::steady_clock::now() < give_up) {
-    auto r = s.Next(&e, 100ms);
-    if (r == RequestStream::NextResult::kEnded) break;
-    if (r == RequestStream::NextResult::kTimeout) continue;
-    if (e.kind == StreamEvent::Kind::kToken) {
-      EXPECT_EQ(e.index, static_cast<int32_t>(out.tokens.size()));
-      out.tokens.push_back(e.token);
-    } else {
-      out.finish = e.finish;
-      ++out.terminal_events;
-    }
-  }
-  return out;
-}
-
-class EngineTest : public ::testing::Test {
+class EngineTest : public testing::TinyModelEngineTest {
  protected:
-  void SetUp() override {
-    ASSERT_OK(model::WriteTinyModel(dir_.path(), TestModel()));
-  }
-
   EngineOptions Options() const {
-    EngineOptions o;
-    o.model_dir = dir_.path().string();
-    o.chunk_size = 16;
-    o.kv_cache_bytes = 8u << 20;
-    o.num_threads = 2;
+    EngineOptions o = TinyModelEngineTest::Options();
     o.max_batch_size = 16;
     o.prefill_token_budget = 64;
     return o;
@@ -120,12 +90,10 @@ class EngineTest : public ::testing::Test {
     if (stats) *stats = (*engine)->Stats();
     return out;
   }
-
-  testing::TempDir dir_;
 };
 
 TEST_F(EngineTest, GreedyOutputMatchesTheReferenceForwardPass) {
-  auto loaded = model::LoadedModel::Load(dir_.path());
+  auto loaded = model::LoadedModel::Load(model_dir());
   ASSERT_OK(loaded.status());
   testing::ReferenceModel reference(*loaded);
   auto requests = Workload(testing::TestSeed(), 1, 6);

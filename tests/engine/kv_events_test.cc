@@ -8,28 +8,19 @@
 #include <vector>
 
 #include "runtime/engine/engine.h"
-#include "runtime/model/tiny_model.h"
+#include "tests/testing/engine_fixture.h"
 #include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
-#include "tests/testing/tiny_models.h"
 
 namespace chunkserve::engine {
 namespace {
 
 using namespace std::chrono_literals;
 
-class KvEventsTest : public ::testing::Test {
+class KvEventsTest : public testing::TinyModelEngineTest {
  protected:
-  void SetUp() override {
-    ASSERT_OK(model::WriteTinyModel(dir_.path(), testing::SmallTestModel(7)));
-  }
-
   std::unique_ptr<Engine> MakeEngine(uint64_t kv_bytes) {
-    EngineOptions o;
-    o.model_dir = dir_.path().string();
-    o.chunk_size = 16;
+    EngineOptions o = Options();
     o.kv_cache_bytes = kv_bytes;
-    o.num_threads = 2;
     auto engine = Engine::Create(o);
     EXPECT_OK(engine.status());
     return engine.ok() ? std::move(engine).value() : nullptr;
@@ -41,12 +32,7 @@ class KvEventsTest : public ::testing::Test {
     r.max_new_tokens = 4;
     auto stream = engine.Submit(r);
     ASSERT_OK(stream.status());
-    sched::StreamEvent e;
-    const auto give_up = std::chrono::steady_clock::now() + 60s;
-    while (std::chrono::steady_clock::now() < give_up) {
-      if (stream.value()->Next(&e, 100ms) == sched::RequestStream::NextResult::kEnded) return;
-    }
-    ADD_FAILURE() << "request did not finish";
+    testing::Drain(**stream);
   }
 
   // Replays events (sequence must be 1, 2, ...) into hash -> parent.
@@ -71,7 +57,6 @@ class KvEventsTest : public ::testing::Test {
     return m;
   }
 
-  testing::TempDir dir_;
   std::mutex mu_;
   std::vector<KvEvent> events_;
 };

@@ -11,6 +11,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/model/model.h"
 #include "runtime/model/tiny_model.h"
+#include "tests/testing/engine_fixture.h"
 #include "tests/testing/random.h"
 #include "tests/testing/reference_model.h"
 #include "tests/testing/status_matchers.h"
@@ -34,17 +35,12 @@ struct Token {
   std::optional<TokenLogprobs> logprobs;
 };
 
+// The shared Drain's outcome as one (token, logprobs) pair per generated token.
 std::vector<Token> Drain(RequestStream& s) {
-  std::vector<Token> out;
-  const auto give_up = std::chrono::steady_clock::now() + 60s;
-  StreamEvent e;
-  while (std::chrono::steady_clock::now() < give_up) {
-    const auto r = s.Next(&e, 100ms);
-    if (r == RequestStream::NextResult::kEnded) break;
-    if (r == RequestStream::NextResult::kTimeout) continue;
-    if (e.kind == StreamEvent::Kind::kToken) out.push_back({e.token, e.logprobs});
-  }
-  return out;
+  const testing::StreamOutcome out = testing::Drain(s);
+  std::vector<Token> tokens;
+  for (size_t i = 0; i < out.tokens.size(); ++i) tokens.push_back({out.tokens[i], out.logprobs[i]});
+  return tokens;
 }
 
 std::vector<double> LogSoftmax(const std::vector<double>& logits) {
@@ -56,24 +52,10 @@ std::vector<double> LogSoftmax(const std::vector<double>& logits) {
   return out;
 }
 
-class LogprobsTest : public ::testing::Test {
- protected:
-  void SetUp() override { ASSERT_OK(model::WriteTinyModel(dir_.path(), testing::SmallTestModel(7))); }
-
-  EngineOptions Options() const {
-    EngineOptions o;
-    o.model_dir = dir_.path().string();
-    o.chunk_size = 16;
-    o.kv_cache_bytes = 8u << 20;
-    o.num_threads = 2;
-    return o;
-  }
-
-  testing::TempDir dir_;
-};
+using LogprobsTest = testing::TinyModelEngineTest;
 
 TEST_F(LogprobsTest, EveryTokensLogprobsEqualTheReferenceLogSoftmax) {
-  auto loaded = model::LoadedModel::Load(dir_.path());
+  auto loaded = model::LoadedModel::Load(model_dir());
   ASSERT_OK(loaded.status());
   testing::ReferenceModel reference(*loaded);
   testing::Random rng(testing::TestSeed());

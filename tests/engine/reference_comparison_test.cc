@@ -18,6 +18,7 @@
 #include "runtime/model/model.h"
 #include "runtime/model/tiny_model.h"
 #include "tests/engine/reference_check.h"
+#include "tests/testing/engine_fixture.h"
 #include "tests/testing/random.h"
 #include "tests/testing/reference_model.h"
 #include "tests/testing/status_matchers.h"
@@ -32,35 +33,17 @@ using sched::RequestOptions;
 using sched::RequestStream;
 using sched::StreamEvent;
 
-struct Outcome {
-  std::vector<TokenId> tokens;
-  sched::FinishInfo finish;
-};
+using Outcome = testing::StreamOutcome;
 
-// Pulls a stream to its end (a generous deadline turns a hang into a failure).
-Outcome Drain(RequestStream& s) {
-  Outcome out;
-  const auto give_up = std::chrono::steady_clock::now() + 120s;
-  StreamEvent e;
-  while (std::chrono::steady_clock::now() < give_up) {
-    const auto r = s.Next(&e, 100ms);
-    if (r == RequestStream::NextResult::kEnded) return out;
-    if (r == RequestStream::NextResult::kTimeout) continue;
-    if (e.kind == StreamEvent::Kind::kToken) {
-      out.tokens.push_back(e.token);
-    } else {
-      out.finish = e.finish;
-    }
-  }
-  ADD_FAILURE() << "a request did not end";
-  return out;
-}
+// A generous deadline per request (long outputs on a busy machine) turns a hang into a failure.
+Outcome Drain(RequestStream& s) { return testing::Drain(s, std::chrono::seconds(120)); }
 
-class ReferenceComparisonTest : public ::testing::Test {
+class ReferenceComparisonTest : public testing::TinyModelEngineTest {
  protected:
   void SetUp() override {
-    ASSERT_OK(model::WriteTinyModel(dir_.path(), testing::SmallTestModel(7)));
-    ASSERT_OK_AND_ASSIGN(model::LoadedModel m, model::LoadedModel::Load(dir_.path()));
+    TinyModelEngineTest::SetUp();
+    if (HasFatalFailure()) return;
+    ASSERT_OK_AND_ASSIGN(model::LoadedModel m, model::LoadedModel::Load(model_dir()));
     model_ = std::make_unique<model::LoadedModel>(std::move(m));
     reference_ = std::make_unique<testing::ReferenceModel>(*model_);
     check_ = std::make_unique<testing::ReferenceCheck>(*reference_);
@@ -68,11 +51,7 @@ class ReferenceComparisonTest : public ::testing::Test {
 
   // 16-token chunks (8 KiB of fp32 KV per slot for this model), room for everything.
   EngineOptions Options() const {
-    EngineOptions o;
-    o.model_dir = dir_.path().string();
-    o.chunk_size = 16;
-    o.kv_cache_bytes = 8u << 20;
-    o.num_threads = 2;
+    EngineOptions o = TinyModelEngineTest::Options();
     o.max_batch_size = 16;
     o.prefill_token_budget = 64;
     return o;
@@ -125,7 +104,6 @@ class ReferenceComparisonTest : public ::testing::Test {
     return a;
   }
 
-  testing::TempDir dir_;
   std::unique_ptr<model::LoadedModel> model_;
   std::unique_ptr<testing::ReferenceModel> reference_;
   std::unique_ptr<testing::ReferenceCheck> check_;

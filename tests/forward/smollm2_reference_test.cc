@@ -19,6 +19,7 @@
 #include "runtime/forward/llama.h"
 #include "runtime/kvcache/prefix_tree.h"
 #include "runtime/model/model.h"
+#include "tests/testing/engine_fixture.h"
 #include "tests/testing/model_cache.h"
 #include "tests/testing/status_matchers.h"
 
@@ -96,20 +97,7 @@ class SmolLM2ReferenceTest : public ::testing::Test {
       streams.push_back(*s);
     }
     std::vector<std::vector<TokenId>> out;
-    for (auto& s : streams) {
-      std::vector<TokenId> tokens;
-      const auto give_up = std::chrono::steady_clock::now() + 300s;
-      sched::StreamEvent e;
-      while (std::chrono::steady_clock::now() < give_up) {
-        const auto r = s->Next(&e, 100ms);
-        if (r == sched::RequestStream::NextResult::kEnded) break;
-        if (r == sched::RequestStream::NextResult::kEvent &&
-            e.kind == sched::StreamEvent::Kind::kToken) {
-          tokens.push_back(e.token);
-        }
-      }
-      out.push_back(std::move(tokens));
-    }
+    for (auto& s : streams) out.push_back(testing::Drain(*s, 300s).tokens);
     *stats = (*engine)->Stats();
     return out;
   }

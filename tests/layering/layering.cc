@@ -61,10 +61,12 @@ const std::vector<Rule>& Rules() {
       {"runtime/openai/", {"runtime/"}, {"cuda", "capnp", "gloo", "nccl", "openssl"}},
       // Tensor parallelism: the communicators are the one place for Gloo and NCCL.
       {"runtime/parallel/", {"kernels/", "runtime/"}, {"capnp", "asio", "openssl"}},
-      // Router: never CUDA, never kernels; only the runtime pieces that describe prefixes and wire.
+      // Router: never CUDA, never kernels; only the runtime pieces that describe prefixes,
+      // workloads
+      // and the wire.
       {"router/",
-       {"router/", "runtime/base/", "runtime/kvcache/", "runtime/wire/", "runtime/http/",
-        "runtime/openai/", "runtime/tokenizer/"},
+       {"router/", "runtime/base/", "runtime/kvcache/", "runtime/workload/", "runtime/wire/",
+        "runtime/http/", "runtime/openai/", "runtime/tokenizer/"},
        {"cuda", "nccl", "gloo", "blas", "openssl"}},
       {"worker/", {"worker/", "runtime/"}, {"openssl"}},
       {"capi/", {"capi/", "runtime/", "router/"}, {"cuda", "nccl", "gloo", "openssl"}},

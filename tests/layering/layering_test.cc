@@ -58,6 +58,13 @@ TEST(LayeringTest, RuntimeUsesKernelHostHeadersNotDeviceHeaders) {
   EXPECT_EQ(CheckFile("runtime/engine/engine.cc", "#include <cuda_runtime.h>\n").size(), 1u);
 }
 
+TEST(LayeringTest, RouterSeesTheWorkloadGeneratorButNotTheEngine) {
+  EXPECT_TRUE(
+      CheckFile("router/sim/sim_main.cc", "#include \"runtime/workload/workload.h\"\n").empty());
+  EXPECT_EQ(CheckFile("router/sim/sim_main.cc", "#include \"runtime/engine/engine.h\"\n").size(),
+            1u);
+}
+
 TEST(LayeringTest, BindingsSeeOnlyTheCHeader) {
   EXPECT_TRUE(CheckFile("bindings/go/shim.c", "#include <chunkserve/chunkserve.h>\n").empty());
   EXPECT_EQ(CheckFile("bindings/go/shim.c", "#include \"runtime/base/status.h\"\n").size(), 1u);

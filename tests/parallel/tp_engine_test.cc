@@ -25,6 +25,7 @@
 #include "runtime/model/tiny_model.h"
 #include "runtime/sched/scheduler.h"
 #include "tests/parallel/tp_testing.h"
+#include "tests/testing/engine_fixture.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 #include "worker/tp_group.h"
@@ -116,16 +117,9 @@ TEST_P(TpEngineTest, EngineServesConcurrentRequestsLikeOneRank) {
       if (s.ok()) streams.push_back(s.value());
     }
     for (auto& s : streams) {
-      std::vector<TokenId> tokens;
-      sched::StreamEvent ev;
-      while (s->Next(&ev, 120s) == sched::RequestStream::NextResult::kEvent) {
-        if (ev.kind == sched::StreamEvent::Kind::kToken) tokens.push_back(ev.token);
-        if (ev.kind == sched::StreamEvent::Kind::kFinished) {
-          EXPECT_EQ(ev.finish.reason, FinishReason::kLength) << ev.finish.error;
-          break;
-        }
-      }
-      out.push_back(tokens);
+      testing::StreamOutcome o = testing::Drain(*s, 300s);
+      EXPECT_EQ(o.finish.reason, FinishReason::kLength) << o.finish.error;
+      out.push_back(std::move(o.tokens));
     }
     return out;
   };

@@ -10,10 +10,8 @@
 #include "router/routing.h"
 #include "runtime/engine/engine.h"
 #include "runtime/kvcache/chunk_hash.h"
-#include "runtime/model/tiny_model.h"
+#include "tests/testing/engine_fixture.h"
 #include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
-#include "tests/testing/tiny_models.h"
 
 namespace chunkserve::router {
 namespace {
@@ -57,16 +55,14 @@ TEST(RouterHashTest, PromptsSharingAThousandTokensShareFifteenChunks) {
   EXPECT_EQ(k, 15u);
 }
 
-class RouterEngineHashTest : public ::testing::Test {
+class RouterEngineHashTest : public ::chunkserve::testing::TinyModelEngineTest {
  protected:
+  RouterEngineHashTest() : TinyModelEngineTest(/*model_seed=*/11) {}
+
   void SetUp() override {
-    ASSERT_OK(model::WriteTinyModel(dir_.path(), ::chunkserve::testing::SmallTestModel(11)));
-    engine::EngineOptions o;
-    o.model_dir = dir_.path().string();
-    o.chunk_size = 16;
-    o.kv_cache_bytes = 8u << 20;
-    o.num_threads = 2;
-    auto e = engine::Engine::Create(o);
+    TinyModelEngineTest::SetUp();
+    if (HasFatalFailure()) return;
+    auto e = engine::Engine::Create(Options());
     ASSERT_OK(e.status());
     engine_ = std::move(e).value();
   }
@@ -81,15 +77,9 @@ class RouterEngineHashTest : public ::testing::Test {
     r.max_new_tokens = 2;
     auto stream = engine_->Submit(r);
     ASSERT_OK(stream.status());
-    sched::StreamEvent e;
-    const auto give_up = std::chrono::steady_clock::now() + 60s;
-    while (std::chrono::steady_clock::now() < give_up) {
-      if (stream.value()->Next(&e, 100ms) == sched::RequestStream::NextResult::kEnded) return;
-    }
-    ADD_FAILURE() << "request did not finish";
+    ::chunkserve::testing::Drain(**stream);
   }
 
-  testing::TempDir dir_;
   std::unique_ptr<engine::Engine> engine_;
 };
 

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "router/routing.h"
-#include "router/workload.h"
 #include "runtime/kvcache/chunk_hash.h"
 #include "tests/testing/status_matchers.h"
 
@@ -633,78 +632,6 @@ TEST(PrecisionStatsTest, PrecisionAndRecall) {
   EXPECT_EQ(s.exact, 1u);
   EXPECT_DOUBLE_EQ(s.Precision(), 150.0 / 300.0);
   EXPECT_DOUBLE_EQ(s.Recall(), 150.0 / 214.0);
-}
-
-TEST(WorkloadTest, SyntheticIsDeterministicAndShared) {
-  WorkloadOptions o;
-  o.num_requests = 200;
-  o.tenants = 8;
-  o.seed = 42;
-  ASSERT_OK_AND_ASSIGN(auto a, MakeSyntheticWorkload(o));
-  ASSERT_OK_AND_ASSIGN(auto b, MakeSyntheticWorkload(o));
-  std::map<int32_t, int> per_tenant;
-  double last = 0;
-  for (int i = 0; i < 200; ++i) {
-    auto ra = a->Next();
-    auto rb = b->Next();
-    ASSERT_TRUE(ra && rb);
-    EXPECT_EQ(ra->prompt, rb->prompt);
-    EXPECT_EQ(ra->arrival_s, rb->arrival_s);
-    EXPECT_GE(ra->arrival_s, last);
-    last = ra->arrival_s;
-    ++per_tenant[ra->tenant];
-    EXPECT_GE(static_cast<int32_t>(ra->prompt.size()), ra->prefix_tokens + o.min_suffix_tokens);
-  }
-  EXPECT_FALSE(a->Next().has_value());
-  EXPECT_GT(per_tenant[0], per_tenant[7]);  // Zipf: tenant 0 is the most popular
-}
-
-TEST(WorkloadTest, ControlSharesNoFirstChunk) {
-  WorkloadOptions o;
-  o.num_requests = 300;
-  o.shared_prefixes = false;
-  ASSERT_OK_AND_ASSIGN(auto src, MakeSyntheticWorkload(o));
-  std::set<uint64_t> firsts;
-  while (auto r = src->Next()) {
-    EXPECT_EQ(r->tenant, -1);
-    ASSERT_OK_AND_ASSIGN(auto h, kv::FullChunkHashes(kChainSeed, kChunk, r->prompt));
-    ASSERT_FALSE(h.empty());
-    EXPECT_TRUE(firsts.insert(h[0]).second);
-  }
-}
-
-TEST(WorkloadTest, JsonlTraceRoundTripsAndRejectsBadLines) {
-  WorkloadRequest r;
-  r.arrival_s = 0.5;
-  r.tenant = 3;
-  r.prefix_tokens = 100;
-  r.output_tokens = 7;
-  r.prompt.assign(130, 1);
-  const std::string text = ToJsonlLine(r, false) + "\n\n" +
-                           R"({"arrival_s": 0.75, "prompt": [1, 2, 3], "output_tokens": 2})";
-  ASSERT_OK_AND_ASSIGN(auto src, ParseJsonlTrace(text));
-  auto a = src->Next();
-  ASSERT_TRUE(a);
-  EXPECT_EQ(a->tenant, 3);
-  EXPECT_EQ(a->prompt.size(), 130u);
-  EXPECT_EQ(a->output_tokens, 7);
-  auto b = src->Next();
-  ASSERT_TRUE(b);
-  EXPECT_EQ(b->prompt, (std::vector<TokenId>{1, 2, 3}));
-  EXPECT_FALSE(src->Next());
-  // Two compact lines of one prefix id share their prefix tokens.
-  ASSERT_OK_AND_ASSIGN(auto two,
-                       ParseJsonlTrace(ToJsonlLine(r, false) + "\n" + ToJsonlLine(r, false)));
-  auto x = two->Next(), y = two->Next();
-  EXPECT_TRUE(std::equal(x->prompt.begin(), x->prompt.begin() + 100, y->prompt.begin()));
-  EXPECT_NE(x->prompt, y->prompt);
-  for (const char* bad : {"not json", R"({"arrival_s": 1})",
-                          R"({"arrival_s": 1, "output_tokens": 1, "prompt": [-1]})",
-                          R"({"arrival_s": -1, "output_tokens": 1, "prompt": [1]})",
-                          R"({"arrival_s": 1, "output_tokens": 1, "prefix_id": 1})"}) {
-    EXPECT_EQ(ParseJsonlTrace(bad).status().code(), StatusCode::kInvalidArgument) << bad;
-  }
-  EXPECT_EQ(LoadJsonlTrace("/nonexistent/trace.jsonl").status().code(), StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "router/sim/simulator.h"
-#include "router/workload.h"
+#include "runtime/workload/workload.h"
 #include "tests/router/router_test_util.h"
 #include "tests/testing/temp_dir.h"
 
@@ -28,6 +28,12 @@ namespace chunkserve::router {
 namespace {
 
 using namespace testing;  // NOLINT: the router test helpers
+using workload::ForFamily;
+using workload::MakeSyntheticWorkload;
+using workload::ParseJsonlTrace;
+using workload::ToJsonlLine;
+using workload::WorkloadFamily;
+using workload::WorkloadOptions;
 
 constexpr double kTolerance = 0.10;
 

@@ -13,6 +13,10 @@
 namespace chunkserve::router::sim {
 namespace {
 
+using workload::MakeSyntheticWorkload;
+using workload::ParseJsonlTrace;
+using workload::WorkloadOptions;
+
 // The README's configuration, shortened: rates at ~70% of what least_loaded sustains on each
 // workload (shared: ~121 req/s, control: ~69 req/s; see router/README.md).
 constexpr double kSharedRate = 85;

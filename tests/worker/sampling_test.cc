@@ -10,6 +10,7 @@
 
 #include "runtime/engine/engine.h"
 #include "runtime/wire/client.h"
+#include "tests/testing/engine_fixture.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/worker_process.h"
 
@@ -74,38 +75,30 @@ std::vector<uint32_t> ViaWorker(WireClient& c, uint64_t id, const Sampling& s) {
   return {};
 }
 
-// One request on `engine`; its tokens.
-std::vector<uint32_t> InProcessOne(engine::Engine& engine, const Sampling& s) {
+// The request's options on the in-process engine.
+sched::RequestOptions InProcessRequest(const Sampling& s) {
   sched::RequestOptions r;
   for (uint32_t t : SampledPrompt()) r.prompt.push_back(static_cast<TokenId>(t));
   r.max_new_tokens = kMaxNew;
   r.sampling = {.temperature = s.temperature, .top_k = s.top_k, .top_p = s.top_p, .seed = s.seed};
-  auto stream = engine.Submit(r);
-  EXPECT_OK(stream.status());
-  if (!stream.ok()) return {};
-  std::vector<uint32_t> out;
-  sched::StreamEvent e;
-  while (stream.value()->Next(&e, 60s) == sched::RequestStream::NextResult::kEvent) {
-    if (e.kind == sched::StreamEvent::Kind::kToken) out.push_back(static_cast<uint32_t>(e.token));
-  }
-  return out;
+  return r;
 }
 
-// The same requests, one after the other, on an in-process engine with the worker's defaults (the
-// built-in tiny model). One engine for all, as in the worker: the second request finds the first
-// one's prompt in the prefix cache and computes only its last token, which rounds differently from
-// a full prefill, and a sampled token can flip on the last bit of a logit.
+// The same requests, one after the other, on one in-process engine with the worker's defaults
+// (the built-in tiny model), as the worker serves them: the second request finds the first one's
+// prompt in the prefix cache and computes only its last token, which rounds differently from a
+// full prefill, and a sampled token can flip on the last bit of a logit.
 std::vector<std::vector<uint32_t>> InProcess(std::initializer_list<Sampling> requests) {
   engine::EngineOptions o;
   o.tiny_model = true;  // the worker's --tiny-model
   o.num_threads = 2;
   o.kv_cache_bytes = 64u << 20;
-  auto engine = engine::Engine::Create(o);
-  EXPECT_OK(engine.status());
-  if (!engine.ok()) return {};
+  std::vector<sched::RequestOptions> rs;
+  for (const Sampling& s : requests) rs.push_back(InProcessRequest(s));
   std::vector<std::vector<uint32_t>> outputs;
-  for (const Sampling& s : requests) outputs.push_back(InProcessOne(**engine, s));
-  engine.value()->Shutdown(engine::ShutdownMode::kDrain);
+  for (const auto& outcome : chunkserve::testing::RunEachAlone(o, rs)) {
+    outputs.emplace_back(outcome.tokens.begin(), outcome.tokens.end());
+  }
   return outputs;
 }
 

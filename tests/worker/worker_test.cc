@@ -18,6 +18,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/wire/client.h"
 #include "tests/testing/gpu.h"
+#include "tests/testing/engine_fixture.h"
 #include "tests/testing/random.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/worker_process.h"
@@ -141,26 +142,18 @@ std::vector<std::vector<uint32_t>> SoloGreedy(const std::vector<std::vector<uint
   o.tiny_model = true;  // the worker's --tiny-model
   o.num_threads = 2;
   o.kv_cache_bytes = 64u << 20;
-  auto engine = engine::Engine::Create(o);
-  EXPECT_OK(engine.status());
-  std::vector<std::vector<uint32_t>> out(prompts.size());
-  if (!engine.ok()) return out;
+  std::vector<sched::RequestOptions> requests(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
-    sched::RequestOptions r;
-    for (uint32_t t : prompts[i]) r.prompt.push_back(static_cast<TokenId>(t));
-    r.max_new_tokens = max_new;
-    auto stream = engine.value()->Submit(r);
-    EXPECT_OK(stream.status());
-    if (!stream.ok()) continue;
-    sched::StreamEvent e;
-    while (stream.value()->Next(&e, 120s) == sched::RequestStream::NextResult::kEvent) {
-      if (e.kind == sched::StreamEvent::Kind::kToken) {
-        out[i].push_back(static_cast<uint32_t>(e.token));
-      }
-    }
+    requests[i].prompt.assign(prompts[i].begin(), prompts[i].end());
+    requests[i].max_new_tokens = max_new;
+  }
+  const std::vector<chunkserve::testing::StreamOutcome> runs =
+      chunkserve::testing::RunEachAlone(o, requests, 120s);
+  std::vector<std::vector<uint32_t>> out(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    out[i].assign(runs[i].tokens.begin(), runs[i].tokens.end());
     EXPECT_EQ(out[i].size(), static_cast<size_t>(max_new)) << "solo run of prompt " << i;
   }
-  engine.value()->Shutdown(engine::ShutdownMode::kDrain);
   return out;
 }
 

@@ -16,24 +16,24 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "runtime/base/logging.h"
 #include "runtime/engine/engine.h"
-#include "runtime/engine/workload.h"
+#include "runtime/engine/workload_runner.h"
 #include "runtime/tokenizer/model_text.h"
+#include "runtime/workload/workload.h"
 
 namespace {
 
 using chunkserve::engine::Engine;
 using chunkserve::engine::EngineOptions;
 using chunkserve::engine::EngineStats;
-using chunkserve::engine::WorkloadOptions;
 using chunkserve::engine::WorkloadReport;
+using chunkserve::workload::WorkloadOptions;
 
 struct Flags {
   std::string model;
@@ -317,14 +317,20 @@ int main(int argc, char** argv) {
     }
     WorkloadOptions w;
     w.num_requests = f.requests;
-    w.system_prompt_lengths = f.systems;
+    // One tenant per system prompt; none given: prompts share nothing.
+    w.prefix_lengths = f.systems.empty() ? std::vector<int32_t>{0} : f.systems;
     w.min_suffix_tokens = f.min_suffix;
     w.max_suffix_tokens = f.max_suffix;
-    w.max_new_tokens = f.max_new;
+    w.min_output_tokens = w.max_output_tokens = f.max_new;
     w.arrival_rate = f.rate;
     w.vocab_size = (*engine)->vocab_size();
     w.seed = f.seed;
-    const auto workload = chunkserve::engine::MakeWorkload(w);
+    const auto workload = chunkserve::workload::GenerateWorkload(w);
+    if (!workload.ok()) {
+      std::cerr << "chunkserve-demo: " << workload.status() << "\n";
+      Usage();
+      return 2;
+    }
     const std::string name = sharing ? "sharing on" : "sharing off";
     if (runs.empty()) {
       std::cout << "chunkserve-demo: " << (f.model.empty() ? "built-in tiny model" : f.model)
@@ -344,7 +350,7 @@ int main(int argc, char** argv) {
                     MiB(s.kv_bytes_referenced), s.decode_tokens_per_s);
       std::cout << (tty ? "\r" : "") << line << (tty ? "" : "\n") << std::flush;
     };
-    auto report = chunkserve::engine::RunWorkload(**engine, workload, ro);
+    auto report = chunkserve::engine::RunWorkload(**engine, *workload, ro);
     if (tty) std::cout << "\n";
     if (!report.ok()) {
       std::cerr << "chunkserve-demo: run failed: " << report.status() << "\n";

@@ -1,4 +1,4 @@
-#include "router/workload.h"
+#include "runtime/workload/workload.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <sstream>
 #include <utility>
 
-namespace chunkserve::router {
+namespace chunkserve::workload {
 
 uint64_t Rng::NextU64() {
   uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
@@ -47,58 +47,6 @@ std::vector<TokenId> PrefixTokens(uint64_t seed, int64_t prefix_id, int32_t n, i
   return t;
 }
 
-class SyntheticSource final : public WorkloadSource {
- public:
-  explicit SyntheticSource(const WorkloadOptions& o)
-      : o_(o), rng_(SeedFor(o.seed, 0, 0)), lengths_(TenantPrefixLengths(o)) {
-    double sum = 0;
-    for (int32_t k = 0; k < o.tenants; ++k) {
-      sum += 1.0 / std::pow(static_cast<double>(k + 1), o.zipf_s);
-      cdf_.push_back(sum);
-    }
-    for (double& c : cdf_) c /= sum;
-    prefixes_.resize(static_cast<size_t>(o.tenants));
-  }
-
-  std::optional<WorkloadRequest> Next() override {
-    if (next_ >= o_.num_requests) return std::nullopt;
-    WorkloadRequest r;
-    r.index = static_cast<uint64_t>(next_++);
-    now_ += rng_.Exponential(o_.arrival_rate);
-    r.arrival_s = now_;
-    const double u = rng_.Uniform01();
-    const auto tenant = static_cast<int32_t>(std::min<ptrdiff_t>(
-        std::upper_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin(), o_.tenants - 1));
-    const auto suffix =
-        static_cast<int32_t>(rng_.UniformInt(o_.min_suffix_tokens, o_.max_suffix_tokens));
-    r.output_tokens =
-        static_cast<int32_t>(rng_.UniformInt(o_.min_output_tokens, o_.max_output_tokens));
-    const int32_t prefix_len = lengths_[static_cast<size_t>(tenant)];
-    if (o_.shared_prefixes) {
-      r.tenant = tenant;
-      r.prefix_tokens = prefix_len;
-      auto& p = prefixes_[static_cast<size_t>(tenant)];
-      if (p.empty()) p = PrefixTokens(o_.seed, tenant, prefix_len, o_.vocab_size);
-      r.prompt.reserve(static_cast<size_t>(prefix_len + suffix));
-      r.prompt = p;
-    } else {
-      // Same lengths, fresh tokens: the control has the same prefill work but nothing to share.
-      AppendRandomTokens(rng_, prefix_len, o_.vocab_size, r.prompt);
-    }
-    AppendRandomTokens(rng_, suffix, o_.vocab_size, r.prompt);
-    return r;
-  }
-
- private:
-  WorkloadOptions o_;
-  Rng rng_;
-  std::vector<int32_t> lengths_;
-  std::vector<double> cdf_;
-  std::vector<std::vector<TokenId>> prefixes_;
-  int64_t next_ = 0;
-  double now_ = 0;
-};
-
 std::vector<double> ZipfCdf(int32_t n, double s) {
   std::vector<double> cdf;
   double sum = 0;
@@ -111,27 +59,100 @@ std::vector<double> ZipfCdf(int32_t n, double s) {
 }
 
 int32_t ZipfPick(const std::vector<double>& cdf, double u) {
-  return static_cast<int32_t>(std::min<ptrdiff_t>(
-      std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin(),
-      static_cast<ptrdiff_t>(cdf.size()) - 1));
+  return static_cast<int32_t>(
+      std::min<ptrdiff_t>(std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin(),
+                          static_cast<ptrdiff_t>(cdf.size()) - 1));
 }
+
+// The tenants of a workload: prefix lengths, Zipf popularity, prefix tokens made on first use.
+class Tenants {
+ public:
+  explicit Tenants(const WorkloadOptions& o)
+      : seed_(o.seed),
+        vocab_(o.vocab_size),
+        lengths_(TenantPrefixLengths(o)),
+        cdf_(ZipfCdf(o.tenants, o.zipf_s)),
+        prefixes_(static_cast<size_t>(o.tenants)) {}
+
+  int32_t Pick(Rng& rng) const { return ZipfPick(cdf_, rng.Uniform01()); }
+  int32_t Length(int32_t tenant) const { return lengths_[static_cast<size_t>(tenant)]; }
+  const std::vector<TokenId>& Prefix(int32_t tenant) {
+    auto& p = prefixes_[static_cast<size_t>(tenant)];
+    if (p.empty()) p = PrefixTokens(seed_, tenant, Length(tenant), vocab_);
+    return p;
+  }
+
+ private:
+  uint64_t seed_;
+  int32_t vocab_;
+  std::vector<int32_t> lengths_;
+  std::vector<double> cdf_;
+  std::vector<std::vector<TokenId>> prefixes_;
+};
+
+// Request indices and Poisson arrival times (all at t = 0 for rate 0).
+class Arrivals {
+ public:
+  // The next request with its index and arrival set, or nullopt after num_requests.
+  std::optional<WorkloadRequest> Next(const WorkloadOptions& o, Rng& rng) {
+    if (next_ >= o.num_requests) return std::nullopt;
+    WorkloadRequest r;
+    r.index = static_cast<uint64_t>(next_++);
+    if (o.arrival_rate > 0) now_ += rng.Exponential(o.arrival_rate);
+    r.arrival_s = now_;
+    return r;
+  }
+
+ private:
+  int64_t next_ = 0;
+  double now_ = 0;
+};
+
+class SyntheticSource final : public WorkloadSource {
+ public:
+  explicit SyntheticSource(const WorkloadOptions& o)
+      : o_(o), rng_(SeedFor(o.seed, 0, 0)), tenants_(o) {}
+
+  std::optional<WorkloadRequest> Next() override {
+    std::optional<WorkloadRequest> next = arrivals_.Next(o_, rng_);
+    if (!next) return next;
+    WorkloadRequest& r = *next;
+    const int32_t tenant = tenants_.Pick(rng_);
+    const auto suffix =
+        static_cast<int32_t>(rng_.UniformInt(o_.min_suffix_tokens, o_.max_suffix_tokens));
+    r.output_tokens =
+        static_cast<int32_t>(rng_.UniformInt(o_.min_output_tokens, o_.max_output_tokens));
+    const int32_t prefix_len = tenants_.Length(tenant);
+    if (o_.shared_prefixes && prefix_len > 0) {
+      r.tenant = tenant;
+      r.prefix_tokens = prefix_len;
+      r.prompt.reserve(static_cast<size_t>(prefix_len + suffix));
+      r.prompt = tenants_.Prefix(tenant);
+    } else {
+      // Same lengths, fresh tokens: the control has the same prefill work but nothing to share.
+      AppendRandomTokens(rng_, prefix_len, o_.vocab_size, r.prompt);
+    }
+    AppendRandomTokens(rng_, suffix, o_.vocab_size, r.prompt);
+    return next;
+  }
+
+ private:
+  WorkloadOptions o_;
+  Rng rng_;
+  Tenants tenants_;
+  Arrivals arrivals_;
+};
 
 // multi_turn and agent (workload.h, WorkloadFamily).
 class ConversationSource final : public WorkloadSource {
  public:
   explicit ConversationSource(const WorkloadOptions& o)
-      : o_(o),
-        rng_(SeedFor(o.seed, 5, 0)),
-        lengths_(TenantPrefixLengths(o)),
-        cdf_(ZipfCdf(o.tenants, o.zipf_s)),
-        prefixes_(static_cast<size_t>(o.tenants)) {}
+      : o_(o), rng_(SeedFor(o.seed, 5, 0)), tenants_(o) {}
 
   std::optional<WorkloadRequest> Next() override {
-    if (next_ >= o_.num_requests) return std::nullopt;
-    WorkloadRequest r;
-    r.index = static_cast<uint64_t>(next_++);
-    now_ += rng_.Exponential(o_.arrival_rate);
-    r.arrival_s = now_;
+    std::optional<WorkloadRequest> next = arrivals_.Next(o_, rng_);
+    if (!next) return next;
+    WorkloadRequest& r = *next;
     const double p_new = 2.0 / (o_.min_turns + o_.max_turns);
     const auto message =
         static_cast<int32_t>(rng_.UniformInt(o_.min_suffix_tokens, o_.max_suffix_tokens));
@@ -156,26 +177,21 @@ class ConversationSource final : public WorkloadSource {
         }
         conv.tokens = system_;
       } else {
-        conv.tenant = ZipfPick(cdf_, rng_.Uniform01());
-        auto& p = prefixes_[static_cast<size_t>(conv.tenant)];
-        if (p.empty()) {
-          p = PrefixTokens(o_.seed, conv.tenant, lengths_[static_cast<size_t>(conv.tenant)],
-                           o_.vocab_size);
-        }
-        conv.tokens = p;
+        conv.tenant = tenants_.Pick(rng_);
+        conv.tokens = tenants_.Prefix(conv.tenant);
       }
       conv.prefix_tokens = static_cast<int32_t>(conv.tokens.size());
       active_.push_back(std::move(conv));
     }
     Conversation& conv = active_[c];
     AppendRandomTokens(rng_, message, o_.vocab_size, conv.tokens);
-    r.tenant = conv.tenant;
+    r.tenant = conv.prefix_tokens > 0 ? conv.tenant : -1;
     r.prefix_tokens = conv.prefix_tokens;
     r.prompt = conv.tokens;
     // The answer becomes part of the next turn's prompt.
     AppendRandomTokens(rng_, r.output_tokens, o_.vocab_size, conv.tokens);
     if (--conv.turns_left == 0) End(c);
-    return r;
+    return next;
   }
 
  private:
@@ -192,13 +208,10 @@ class ConversationSource final : public WorkloadSource {
 
   WorkloadOptions o_;
   Rng rng_;
-  std::vector<int32_t> lengths_;
-  std::vector<double> cdf_;
-  std::vector<std::vector<TokenId>> prefixes_;
+  Tenants tenants_;
+  Arrivals arrivals_;
   std::vector<TokenId> system_;
   std::vector<Conversation> active_;
-  int64_t next_ = 0;
-  double now_ = 0;
 };
 
 // The negative control of a family: same lengths and arrivals, every token fresh.
@@ -241,21 +254,37 @@ Status Validate(const WorkloadOptions& o) {
   if (o.num_requests < 0) return bad("num_requests must be >= 0");
   if (o.tenants < 1) return bad("tenants must be >= 1");
   if (!(o.zipf_s >= 0) || o.zipf_s > 10) return bad("zipf_s must be in [0, 10]");
-  if (!(o.arrival_rate > 0) || std::isinf(o.arrival_rate)) return bad("arrival_rate must be > 0");
-  if (o.prefix_length_bases.empty()) return bad("prefix_length_bases is empty");
-  for (int32_t b : o.prefix_length_bases) {
-    if (b < 1) return bad("prefix length base " + std::to_string(b) + " < 1");
+  if (!(o.arrival_rate >= 0) || std::isinf(o.arrival_rate)) return bad("arrival_rate must be >= 0");
+  // The shortest and longest shared prefix a request can have.
+  int32_t min_prefix = o.min_prefix_tokens, max_prefix = o.max_prefix_tokens;
+  if (o.prefix_lengths.empty()) {
+    if (o.prefix_length_bases.empty()) return bad("prefix_length_bases is empty");
+    for (int32_t b : o.prefix_length_bases) {
+      if (b < 1) return bad("prefix length base " + std::to_string(b) + " < 1");
+    }
+    if (o.min_prefix_tokens < 1 || o.max_prefix_tokens < o.min_prefix_tokens) {
+      return bad("need 1 <= min_prefix_tokens <= max_prefix_tokens");
+    }
+  } else {
+    for (int32_t n : o.prefix_lengths) {
+      if (n < 0 || n > (1 << 24))
+        return bad("prefix length " + std::to_string(n) + " not in [0, 2^24]");
+    }
+    min_prefix = *std::min_element(o.prefix_lengths.begin(), o.prefix_lengths.end());
+    max_prefix = *std::max_element(o.prefix_lengths.begin(), o.prefix_lengths.end());
   }
-  if (o.min_prefix_tokens < 1 || o.max_prefix_tokens < o.min_prefix_tokens) {
-    return bad("need 1 <= min_prefix_tokens <= max_prefix_tokens");
+  if (o.min_suffix_tokens < 0 || o.max_suffix_tokens < o.min_suffix_tokens) {
+    return bad("need 0 <= min_suffix_tokens <= max_suffix_tokens");
   }
-  if (o.min_suffix_tokens < 1 || o.max_suffix_tokens < o.min_suffix_tokens) {
-    return bad("need 1 <= min_suffix_tokens <= max_suffix_tokens");
+  const bool first_prompt_may_be_empty =
+      o.family == WorkloadFamily::kMultiTurn ? o.system_tokens < 1 : min_prefix < 1;
+  if (o.min_suffix_tokens < 1 && first_prompt_may_be_empty) {
+    return bad("min_suffix_tokens must be >= 1 where a shared prefix may be empty");
   }
   if (o.min_output_tokens < 1 || o.max_output_tokens < o.min_output_tokens) {
     return bad("need 1 <= min_output_tokens <= max_output_tokens");
   }
-  if (int64_t{o.max_prefix_tokens} + o.max_suffix_tokens > (int64_t{1} << 24)) {
+  if (int64_t{max_prefix} + o.max_suffix_tokens > (int64_t{1} << 24)) {
     return bad("prompts longer than 16M tokens");
   }
   if (o.vocab_size < 2) return bad("vocab_size must be >= 2");
@@ -266,8 +295,7 @@ Status Validate(const WorkloadOptions& o) {
     if (o.active_conversations < 1) return bad("active_conversations must be >= 1");
     if (o.max_prompt_tokens > (1 << 24)) return bad("max_prompt_tokens > 16M");
     const int64_t first =
-        (o.family == WorkloadFamily::kMultiTurn ? int64_t{o.system_tokens}
-                                                : int64_t{o.max_prefix_tokens}) +
+        (o.family == WorkloadFamily::kMultiTurn ? int64_t{o.system_tokens} : int64_t{max_prefix}) +
         o.max_suffix_tokens;
     if (o.family == WorkloadFamily::kMultiTurn && o.system_tokens < 1) {
       return bad("system_tokens must be >= 1");
@@ -283,6 +311,7 @@ Status Validate(const WorkloadOptions& o) {
 }  // namespace
 
 std::vector<int32_t> TenantPrefixLengths(const WorkloadOptions& o) {
+  if (!o.prefix_lengths.empty()) return o.prefix_lengths;
   std::vector<int32_t> lengths;
   if (o.prefix_length_bases.empty()) return lengths;
   Rng rng(SeedFor(o.seed, 2, 0));
@@ -296,7 +325,14 @@ std::vector<int32_t> TenantPrefixLengths(const WorkloadOptions& o) {
   return lengths;
 }
 
-Result<std::unique_ptr<WorkloadSource>> MakeSyntheticWorkload(const WorkloadOptions& options) {
+Result<std::unique_ptr<WorkloadSource>> MakeSyntheticWorkload(const WorkloadOptions& given) {
+  WorkloadOptions options = given;
+  if (!options.prefix_lengths.empty()) {  // one tenant per exact length
+    if (options.prefix_lengths.size() > (1u << 20)) {
+      return Status::InvalidArgument("workload: more than 2^20 prefix lengths");
+    }
+    options.tenants = static_cast<int32_t>(options.prefix_lengths.size());
+  }
   CHUNKSERVE_RETURN_IF_ERROR(Validate(options));
   switch (options.family) {
     case WorkloadFamily::kMultiTenant:
@@ -314,12 +350,28 @@ Result<std::unique_ptr<WorkloadSource>> MakeSyntheticWorkload(const WorkloadOpti
   return Status::InvalidArgument("workload: unknown family");
 }
 
+std::vector<WorkloadRequest> ReadAll(WorkloadSource& source) {
+  std::vector<WorkloadRequest> out;
+  while (std::optional<WorkloadRequest> r = source.Next()) out.push_back(std::move(*r));
+  return out;
+}
+
+Result<std::vector<WorkloadRequest>> GenerateWorkload(const WorkloadOptions& options) {
+  CHUNKSERVE_ASSIGN_OR_RETURN(std::unique_ptr<WorkloadSource> source,
+                              MakeSyntheticWorkload(options));
+  return ReadAll(*source);
+}
+
 std::string_view WorkloadFamilyName(WorkloadFamily f) {
   switch (f) {
-    case WorkloadFamily::kMultiTenant: return "multi_tenant";
-    case WorkloadFamily::kMultiTurn: return "multi_turn";
-    case WorkloadFamily::kAgent: return "agent";
-    case WorkloadFamily::kLongDoc: return "long_doc";
+    case WorkloadFamily::kMultiTenant:
+      return "multi_tenant";
+    case WorkloadFamily::kMultiTurn:
+      return "multi_turn";
+    case WorkloadFamily::kAgent:
+      return "agent";
+    case WorkloadFamily::kLongDoc:
+      return "long_doc";
   }
   return "unknown";
 }
@@ -380,6 +432,14 @@ WorkloadOptions ForFamily(WorkloadFamily family) {
       o.max_output_tokens = 256;
       break;
   }
+  return o;
+}
+
+WorkloadOptions ForSharedPrefix(int32_t n_p, int32_t n_s, int32_t n_c) {
+  WorkloadOptions o;
+  o.prefix_lengths = {n_s};
+  o.min_suffix_tokens = o.max_suffix_tokens = n_p - n_s;
+  o.min_output_tokens = o.max_output_tokens = n_c;
   return o;
 }
 
@@ -492,8 +552,8 @@ class BlockTraceSource final : public WorkloadSource {
     if (next_ >= requests_.size()) return std::nullopt;
     WorkloadRequest r = std::move(requests_[next_++]);
     if (o_.synthesize_tokens) {
-      r.prompt = SynthesizeBlockTokens(r.block_ids, r.block_size, r.prompt_length, o_.vocab_size,
-                                       o_.seed);
+      r.prompt =
+          SynthesizeBlockTokens(r.block_ids, r.block_size, r.prompt_length, o_.vocab_size, o_.seed);
     }
     return r;
   }
@@ -585,8 +645,8 @@ Result<std::unique_ptr<WorkloadSource>> ParseBlockTrace(std::string_view text,
     r.block_size = o.block_size;
     r.block_ids.reserve(ids->size());
     for (const Json& id : *ids) {
-      if (!id.is_number_integer() || (id.is_number_integer() && !id.is_number_unsigned() &&
-                                      id.get<int64_t>() < 0)) {
+      if (!id.is_number_integer() ||
+          (id.is_number_integer() && !id.is_number_unsigned() && id.get<int64_t>() < 0)) {
         return bad("hash_ids holds something other than a non-negative integer");
       }
       r.block_ids.push_back(id.get<uint64_t>());
@@ -661,9 +721,9 @@ Result<std::vector<uint64_t>> BlockChunkHashes(uint64_t chain_seed, int32_t chun
                                      " prompt tokens");
     }
     const auto offset = static_cast<uint64_t>(end - block * block_size);
-    uint64_t h = Mix64(chain_seed ^ Mix64(block_ids[static_cast<size_t>(block)] +
-                                          0x9e3779b97f4a7c15ull) ^
-                       (offset * 0xd1b54a32d192ed03ull));
+    uint64_t h =
+        Mix64(chain_seed ^ Mix64(block_ids[static_cast<size_t>(block)] + 0x9e3779b97f4a7c15ull) ^
+              (offset * 0xd1b54a32d192ed03ull));
     if (h == 0 || h == chain_seed) h = 1 + (h ^ 0x5bd1e995);  // keep clear of the seed and 0
     out.push_back(h);
   }
@@ -700,4 +760,4 @@ std::string ToJsonlLine(const WorkloadRequest& r, bool with_tokens) {
   return j.dump();
 }
 
-}  // namespace chunkserve::router
+}  // namespace chunkserve::workload

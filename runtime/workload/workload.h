@@ -1,10 +1,15 @@
-// Router workloads: request streams for the simulator (router/sim) and the load generator.
+// Workloads: the one deterministic request generator of the project. chunkserve-demo and
+// `chunkserve-bench engine` replay it in process (runtime/engine/workload_runner.h), the router's
+// simulator (router/sim) and load generator (router/loadgen) over the router.
 //
 // Synthetic multi-tenant shared prompts: T tenants, each with a system prompt whose length is
 // drawn around the paper's Table 2 (ChunkAttention, Table 2: Chameleon avg 1324, CREATOR 879,
 // PDFTriage 4257, ToolQA 1432 shared tokens); tenants are picked with Zipf popularity; arrivals
 // are a Poisson process; each request appends a unique user suffix to its tenant's system prompt
-// and asks for an output length drawn uniformly. The negative control (shared_prefixes = false)
+// and asks for an output length drawn uniformly. Exact tenant lengths (`prefix_lengths`) give the
+// demo's fixed system prompts and the ChunkAttention paper's microbenchmark shape (ForSharedPrefix:
+// n_p prompt tokens of which the first n_s are shared by every request, n_c output tokens).
+// The negative control (shared_prefixes = false)
 // keeps every length distribution but draws every prompt token fresh, so no two requests share
 // even a first chunk.
 //
@@ -31,8 +36,8 @@
 // (splitmix64) and explicit sampling formulas, no std::*_distribution.
 //
 // Thread safety: a WorkloadGenerator is used by one thread; different instances are independent.
-#ifndef CHUNKSERVE_ROUTER_WORKLOAD_H_
-#define CHUNKSERVE_ROUTER_WORKLOAD_H_
+#ifndef CHUNKSERVE_RUNTIME_WORKLOAD_WORKLOAD_H_
+#define CHUNKSERVE_RUNTIME_WORKLOAD_WORKLOAD_H_
 
 #include <cstdint>
 #include <memory>
@@ -44,7 +49,7 @@
 #include "runtime/base/ids.h"
 #include "runtime/base/status.h"
 
-namespace chunkserve::router {
+namespace chunkserve::workload {
 
 // splitmix64: small, fast, and the same sequence everywhere.
 class Rng {
@@ -85,13 +90,17 @@ struct WorkloadOptions {
   int64_t num_requests = 1000;
   int32_t tenants = 64;
   double zipf_s = 1.0;       // tenant popularity: P(tenant k) ~ 1 / (k + 1)^s; 0 = uniform
-  double arrival_rate = 10;  // requests per second (Poisson); > 0
+  double arrival_rate = 10;  // requests per second (Poisson); 0: every request arrives at t = 0
   // Tenant system prompt lengths: tenant t's length is base[t % size] * U(0.5, 1.5), clipped to
   // [min_prefix_tokens, max_prefix_tokens]. Default: Table 2's averages.
   std::vector<int32_t> prefix_length_bases = {1324, 879, 4257, 1432};
   int32_t min_prefix_tokens = 128;
   int32_t max_prefix_tokens = 4096;
-  int32_t min_suffix_tokens = 32;  // unique user part, uniform in [min, max]
+  // Non-empty: exact lengths instead, one tenant each (`tenants` and the bases are then unused);
+  // 0 = that tenant's requests share nothing (tenant -1, the prompt is its suffix alone).
+  std::vector<int32_t> prefix_lengths;
+  // Unique user part, uniform in [min, max]; min may be 0 where every prefix is non-empty.
+  int32_t min_suffix_tokens = 32;
   int32_t max_suffix_tokens = 256;
   int32_t min_output_tokens = 32;  // output length, uniform in [min, max]
   int32_t max_output_tokens = 256;
@@ -108,6 +117,11 @@ struct WorkloadOptions {
 
 // The default options of a family (see WorkloadFamily).
 WorkloadOptions ForFamily(WorkloadFamily family);
+
+// The ChunkAttention paper's microbenchmark shape (multi_tenant, one tenant): every prompt has
+// n_p tokens, of which the first n_s (0 <= n_s <= n_p) are shared by every request, and asks for
+// n_c output tokens. Other options keep their defaults.
+WorkloadOptions ForSharedPrefix(int32_t n_p, int32_t n_s, int32_t n_c);
 
 struct WorkloadRequest {
   uint64_t index = 0;         // 0, 1, 2, ... in arrival order
@@ -136,6 +150,11 @@ class WorkloadSource {
 
 // The synthetic generator. InvalidArgument for out-of-range options.
 Result<std::unique_ptr<WorkloadSource>> MakeSyntheticWorkload(const WorkloadOptions& options);
+
+// Every request left in `source`, in order.
+std::vector<WorkloadRequest> ReadAll(WorkloadSource& source);
+// MakeSyntheticWorkload, read to the end.
+Result<std::vector<WorkloadRequest>> GenerateWorkload(const WorkloadOptions& options);
 
 // A JSONL trace (see the file comment). Parses the whole file up front; InvalidArgument names the
 // line of the first bad record, NotFound when the file cannot be opened. `vocab_size` bounds the
@@ -186,6 +205,6 @@ std::string ToJsonlLine(const WorkloadRequest& request, bool with_tokens);
 // System prompt length of each tenant under `options` (for reports).
 std::vector<int32_t> TenantPrefixLengths(const WorkloadOptions& options);
 
-}  // namespace chunkserve::router
+}  // namespace chunkserve::workload
 
-#endif  // CHUNKSERVE_ROUTER_WORKLOAD_H_
+#endif  // CHUNKSERVE_RUNTIME_WORKLOAD_WORKLOAD_H_

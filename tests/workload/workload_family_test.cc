@@ -5,19 +5,16 @@
 #include <set>
 #include <vector>
 
-#include "router/workload.h"
+#include "runtime/workload/workload.h"
 #include "tests/testing/status_matchers.h"
 
-namespace chunkserve::router {
+namespace chunkserve::workload {
 namespace {
 
 std::vector<WorkloadRequest> Generate(const WorkloadOptions& o) {
-  auto src = MakeSyntheticWorkload(o);
-  EXPECT_TRUE(src.ok()) << src.status();
-  std::vector<WorkloadRequest> out;
-  if (!src.ok()) return out;
-  while (auto r = (*src)->Next()) out.push_back(std::move(*r));
-  return out;
+  Result<std::vector<WorkloadRequest>> all = GenerateWorkload(o);
+  EXPECT_TRUE(all.ok()) << all.status();
+  return all.ok() ? std::move(all).value() : std::vector<WorkloadRequest>{};
 }
 
 bool StartsWith(const std::vector<TokenId>& a, const std::vector<TokenId>& prefix) {
@@ -59,8 +56,7 @@ TEST(WorkloadFamilyTest, EveryFamilyIsDeterministicAndHasItsControl) {
         EXPECT_EQ(c[i].arrival_s, a[i].arrival_s);
       }
       EXPECT_TRUE(
-          firsts.insert(std::vector<TokenId>(c[i].prompt.begin(), c[i].prompt.begin() + 16))
-              .second)
+          firsts.insert(std::vector<TokenId>(c[i].prompt.begin(), c[i].prompt.begin() + 16)).second)
           << WorkloadFamilyName(f) << " " << i;
     }
   }
@@ -78,14 +74,14 @@ TEST(WorkloadFamilyTest, MultiTurnPromptsExtendThePreviousTurn) {
     const WorkloadRequest& r = all[i];
     EXPECT_LE(static_cast<int64_t>(r.prompt.size()), o.max_prompt_tokens);
     // Everyone starts with the same system prompt.
-    EXPECT_TRUE(StartsWith(r.prompt, std::vector<TokenId>(all[0].prompt.begin(),
-                                                          all[0].prompt.begin() + 256)));
+    EXPECT_TRUE(StartsWith(
+        r.prompt, std::vector<TokenId>(all[0].prompt.begin(), all[0].prompt.begin() + 256)));
     // A continuation = an earlier prompt + its answer + a new message.
     for (size_t j = i; j-- > 0;) {
       const WorkloadRequest& p = all[j];
       if (r.prompt.size() > p.prompt.size() + 256 && StartsWith(r.prompt, p.prompt)) {
-        const int64_t message = static_cast<int64_t>(r.prompt.size() - p.prompt.size()) -
-                                p.output_tokens;
+        const int64_t message =
+            static_cast<int64_t>(r.prompt.size() - p.prompt.size()) - p.output_tokens;
         EXPECT_GE(message, o.min_suffix_tokens);
         EXPECT_LE(message, o.max_suffix_tokens);
         ++continuations;
@@ -122,8 +118,8 @@ TEST(WorkloadFamilyTest, AgentAndLongDocShapes) {
     EXPECT_GE(r.prefix_tokens, 16000);
   }
   EXPECT_LE(docs.size(), 8u);
-  EXPECT_GT(longest, 64000);    // documents go far past 16k tokens
-  EXPECT_LE(longest, 120512);   // up to 120k + a question
+  EXPECT_GT(longest, 64000);   // documents go far past 16k tokens
+  EXPECT_LE(longest, 120512);  // up to 120k + a question
 }
 
 TEST(WorkloadFamilyTest, BadFamilyOptionsAreErrors) {
@@ -139,4 +135,4 @@ TEST(WorkloadFamilyTest, BadFamilyOptionsAreErrors) {
 }
 
 }  // namespace
-}  // namespace chunkserve::router
+}  // namespace chunkserve::workload

@@ -1,11 +1,10 @@
-#include "runtime/engine/workload.h"
+#include "runtime/engine/workload_runner.h"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <mutex>
-#include <random>
 #include <thread>
 
 namespace chunkserve::engine {
@@ -16,42 +15,6 @@ using Clock = std::chrono::steady_clock;
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
-
-std::vector<WorkloadRequest> MakeWorkload(const WorkloadOptions& o) {
-  std::mt19937_64 rng(o.seed);
-  std::uniform_int_distribution<int32_t> token(0, std::max(o.vocab_size, 1) - 1);
-  auto tokens = [&](int32_t n) {
-    std::vector<TokenId> v(static_cast<size_t>(std::max(n, 0)));
-    for (TokenId& t : v) t = token(rng);
-    return v;
-  };
-  std::vector<std::vector<TokenId>> systems;
-  for (int32_t len : o.system_prompt_lengths) systems.push_back(tokens(len));
-  // Zipf popularity: tenant k (0-based) has weight 1 / (k + 1)^s.
-  std::vector<double> weights;
-  for (size_t k = 0; k < systems.size(); ++k) weights.push_back(1.0 / std::pow(k + 1.0, o.zipf_s));
-  std::discrete_distribution<int32_t> tenant(weights.begin(), weights.end());
-  std::uniform_int_distribution<int32_t> suffix(o.min_suffix_tokens,
-                                                std::max(o.min_suffix_tokens, o.max_suffix_tokens));
-  std::exponential_distribution<double> gap(o.arrival_rate > 0 ? o.arrival_rate : 1.0);
-
-  std::vector<WorkloadRequest> out;
-  double t = 0;
-  for (int32_t i = 0; i < o.num_requests; ++i) {
-    WorkloadRequest w;
-    if (o.arrival_rate > 0 && i > 0) t += gap(rng);
-    w.arrival_s = o.arrival_rate > 0 ? t : 0.0;
-    if (!systems.empty()) {
-      w.tenant = tenant(rng);
-      w.request.prompt = systems[w.tenant];
-    }
-    const auto user = tokens(std::max(suffix(rng), w.request.prompt.empty() ? 1 : 0));
-    w.request.prompt.insert(w.request.prompt.end(), user.begin(), user.end());
-    w.request.max_new_tokens = o.max_new_tokens;
-    out.push_back(std::move(w));
-  }
-  return out;
-}
 
 Percentiles ComputePercentiles(std::vector<double> v) {
   Percentiles p;
@@ -71,7 +34,8 @@ Percentiles ComputePercentiles(std::vector<double> v) {
   return p;
 }
 
-Result<WorkloadReport> RunWorkload(Engine& engine, const std::vector<WorkloadRequest>& workload,
+Result<WorkloadReport> RunWorkload(Engine& engine,
+                                   const std::vector<workload::WorkloadRequest>& workload,
                                    const RunOptions& options) {
   struct PerRequest {
     Clock::time_point submit, first, last;
@@ -160,7 +124,10 @@ Result<WorkloadReport> RunWorkload(Engine& engine, const std::vector<WorkloadReq
                                  std::chrono::duration<double>(workload[i].arrival_s));
     std::this_thread::sleep_until(due);
     per[i].submit = Clock::now();
-    auto s = engine.Submit(workload[i].request);
+    sched::RequestOptions request;
+    request.prompt = workload[i].prompt;
+    request.max_new_tokens = workload[i].output_tokens;
+    auto s = engine.Submit(request);
     if (!s.ok()) {
       submit_error = s.status().Annotate("request " + std::to_string(i));
       break;
@@ -184,7 +151,7 @@ Result<WorkloadReport> RunWorkload(Engine& engine, const std::vector<WorkloadReq
     if (p.finish.reason != FinishReason::kStopToken && p.finish.reason != FinishReason::kLength) {
       ++r.failed;
     }
-    r.prompt_tokens += workload[i].request.prompt.size();
+    r.prompt_tokens += workload[i].prompt.size();
     r.generated_tokens += p.tokens.size();
     if (!p.tokens.empty()) {
       ttft.push_back(Seconds(p.first - p.submit) * 1e3);
