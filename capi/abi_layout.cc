@@ -47,7 +47,7 @@ CHUNKSERVE_FIELD_AT(chunkserve_engine_options_t, prefill_token_budget, 44, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_engine_options_t, max_queued_requests, 48, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_engine_options_t, reserved0, 52, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_engine_options_t, tiny_model, 56, 4);
-CHUNKSERVE_FIELD_AT(chunkserve_engine_options_t, reserved1, 60, 4);
+CHUNKSERVE_FIELD_AT(chunkserve_engine_options_t, gguf_dtype, 60, 4);
 
 // chunkserve_request_options_t, version 1 (72 bytes) plus the version 2 logprobs fields.
 static_assert(sizeof(chunkserve_request_options_t) == kRequestOptionsV2Size);

@@ -208,7 +208,7 @@ chunkserve_engine_options_t DefaultEngineOptions() {
   o.max_queued_requests = d.max_queued_requests;
   o.reserved0 = 0;
   o.tiny_model = 0;
-  o.reserved1 = 0;
+  o.gguf_dtype = static_cast<int32_t>(d.gguf_dtype);
   return o;
 }
 
@@ -254,7 +254,11 @@ Status ToEngineOptions(const chunkserve_engine_options_t& in, cs::engine::Engine
                                    std::to_string(in.num_threads));
   }
   if (in.reserved0 != 0) return Status::InvalidArgument(std::string(kFn) + ": reserved0 must be 0");
-  if (in.reserved1 != 0) return Status::InvalidArgument(std::string(kFn) + ": reserved1 must be 0");
+  if (in.gguf_dtype != CHUNKSERVE_DTYPE_F32 && in.gguf_dtype != CHUNKSERVE_DTYPE_F16 &&
+      in.gguf_dtype != CHUNKSERVE_DTYPE_BF16) {
+    return Status::InvalidArgument(std::string(kFn) + ": unknown gguf_dtype " +
+                                   std::to_string(in.gguf_dtype));
+  }
   if (in.tiny_model != 0 && in.tiny_model != 1) {
     return Status::InvalidArgument(std::string(kFn) + ": tiny_model must be 0 or 1, got " +
                                    std::to_string(in.tiny_model));
@@ -278,6 +282,7 @@ Status ToEngineOptions(const chunkserve_engine_options_t& in, cs::engine::Engine
   out->chunk_size = in.chunk_size != 0 ? in.chunk_size : d.chunk_size;
   out->kv_cache_bytes = in.kv_cache_bytes != 0 ? in.kv_cache_bytes : d.kv_cache_bytes;
   out->kv_dtype = static_cast<decltype(out->kv_dtype)>(in.kv_dtype);
+  out->gguf_dtype = static_cast<decltype(out->gguf_dtype)>(in.gguf_dtype);
   out->enable_prefix_sharing = in.enable_prefix_sharing != 0;
   out->max_batch_size = in.max_batch_size != 0 ? in.max_batch_size : d.max_batch_size;
   out->prefill_token_budget = in.prefill_token_budget;

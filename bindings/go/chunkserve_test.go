@@ -237,6 +237,15 @@ func TestErrorsSurfaceWithCodes(t *testing.T) {
 	if _, err := NewEngine(EngineOptions{TinyModel: true, ChunkSize: 7}); CodeOf(err) != InvalidArgument {
 		t.Fatalf("chunk size 7: %v", err)
 	}
+	if _, err := NewEngine(EngineOptions{TinyModel: true, GGUFDType: 3}); CodeOf(err) != InvalidArgument {
+		t.Fatalf("gguf dtype 3: %v", err)
+	}
+	// A safetensors model keeps its dtype: GGUFDType is accepted and ignored.
+	if e, err := NewEngine(EngineOptions{TinyModel: true, GGUFDType: DTypeBF16}); err != nil {
+		t.Fatalf("gguf dtype bf16 with the tiny model: %v", err)
+	} else {
+		e.Close()
+	}
 	if _, err := NewEngine(EngineOptions{}); CodeOf(err) != InvalidArgument {
 		t.Fatalf("no model: %v (random weights only when asked for)", err)
 	}

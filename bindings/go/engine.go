@@ -57,6 +57,9 @@ type EngineOptions struct {
 	// ChunkSize is the number of tokens per KV chunk (16..256); 0: 64.
 	ChunkSize int32
 	KVDType   DType
+	// GGUFDType is what a .gguf model's tensors are dequantized to (default F32); the CPU
+	// backend keeps F16 / BF16 weights half-size. Ignored for safetensors. Needs 0.5.
+	GGUFDType DType
 	// DisablePrefixSharing turns off reuse of cached prompt prefixes.
 	DisablePrefixSharing bool
 	// NumThreads is the number of CPU backend threads; 0: hardware concurrency.
@@ -104,6 +107,7 @@ func NewEngineContext(ctx context.Context, opts EngineOptions) (*Engine, error) 
 	o.kv_cache_bytes = C.uint64_t(opts.KVCacheBytes)
 	o.chunk_size = C.int32_t(opts.ChunkSize)
 	o.kv_dtype = C.int32_t(opts.KVDType)
+	o.gguf_dtype = C.int32_t(opts.GGUFDType)
 	if opts.DisablePrefixSharing {
 		o.enable_prefix_sharing = 0
 	}

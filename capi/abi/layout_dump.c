@@ -32,7 +32,7 @@ int main(void) {
   FIELD(chunkserve_engine_options_t, max_queued_requests);
   FIELD(chunkserve_engine_options_t, reserved0);
   FIELD(chunkserve_engine_options_t, tiny_model);
-  FIELD(chunkserve_engine_options_t, reserved1);
+  FIELD(chunkserve_engine_options_t, gguf_dtype);
 
   STRUCT(chunkserve_request_options_t);
   FIELD(chunkserve_request_options_t, struct_size);

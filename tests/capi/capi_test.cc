@@ -114,6 +114,8 @@ TEST(CapiOptionsTest, EngineOptionsInitFillsDefaults) {
   EXPECT_EQ(o.prefill_token_budget, 512);
   EXPECT_EQ(o.max_queued_requests, 4096);
   EXPECT_EQ(o.reserved0, 0);
+  EXPECT_EQ(o.tiny_model, 0);
+  EXPECT_EQ(o.gguf_dtype, CHUNKSERVE_DTYPE_F32);
 }
 
 TEST(CapiOptionsTest, RequestOptionsInitFillsDefaults) {
@@ -431,6 +433,9 @@ TEST(CapiEngineCreateTest, RejectsUnknownEnumValues) {
   o = SmallEngineOptions();
   o.reserved0 = 1;
   expect_invalid(o, "reserved0");
+  o = SmallEngineOptions();
+  o.gguf_dtype = 3;
+  expect_invalid(o, "gguf_dtype");
 }
 
 TEST(CapiEngineCreateTest, RejectsOutOfRangeValuesFromTheEngine) {

@@ -557,4 +557,18 @@ TEST(CapiTextNoTokenizerTest, AModelFolderWithoutTokenizerJsonIsNotFound) {
 }
 
 }  // namespace
+// gguf_dtype reaches the loader: the same GGUF dequantized to bf16 is another set of weights (its
+// fingerprint differs, so its chunks never mix with the f32 engine's) and still serves text.
+TEST_F(CapiTextTest, GgufDtypeBf16LoadsTheModelInBf16) {
+  chunkserve_engine_options_t o = GgufOptions();
+  o.gguf_dtype = CHUNKSERVE_DTYPE_BF16;
+  EnginePtr bf16 = CreateEngineOrDie(o);
+  chunkserve_engine_info_t f32_info, bf16_info;
+  f32_info.struct_size = bf16_info.struct_size = sizeof(chunkserve_engine_info_t);
+  ASSERT_EQ(chunkserve_engine_info(engine_, &f32_info, nullptr), CHUNKSERVE_STATUS_OK);
+  ASSERT_EQ(chunkserve_engine_info(bf16.get(), &bf16_info, nullptr), CHUNKSERVE_STATUS_OK);
+  EXPECT_NE(f32_info.model_fingerprint, bf16_info.model_fingerprint);
+  EXPECT_EQ(f32_info.vocab_size, bf16_info.vocab_size);
+}
+
 }  // namespace chunkserve::capi

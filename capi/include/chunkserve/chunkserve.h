@@ -74,7 +74,7 @@
 
 /* The release this header belongs to. */
 #define CHUNKSERVE_VERSION_MAJOR 0
-#define CHUNKSERVE_VERSION_MINOR 4
+#define CHUNKSERVE_VERSION_MINOR 5
 #define CHUNKSERVE_VERSION_PATCH 0
 
 /* The ABI generation: the soname is libchunkserve.so.<CHUNKSERVE_ABI_VERSION>. It changes only on
@@ -222,7 +222,9 @@ typedef struct chunkserve_engine chunkserve_engine_t;
 
 /* Engine options. Fill with chunkserve_engine_options_init, then change what you need.
  * Version 1 (chunkserve 0.1): 56 bytes on LP64. Version 2 (chunkserve 0.4): 64 bytes, +
- * tiny_model, reserved1: a model is required unless tiny_model asks for random weights. */
+ * tiny_model, reserved1: a model is required unless tiny_model asks for random weights. Since
+ * 0.5 the last field is gguf_dtype (0.4 required 0 there, which is F32: same size, same meaning
+ * for every caller; a 0.4 library refuses any other value with INVALID_ARGUMENT). */
 typedef struct chunkserve_engine_options {
   uint32_t struct_size;          /* sizeof(chunkserve_engine_options_t) the caller was built with */
   int32_t backend;               /* CHUNKSERVE_BACKEND_*; default CPU */
@@ -247,7 +249,10 @@ typedef struct chunkserve_engine_options {
                                     demos), written to a temporary directory that the engine
                                     removes when destroyed; model_path must then be NULL or "".
                                     0 (default): serve model_path */
-  int32_t reserved1;             /* must be 0 */
+  int32_t gguf_dtype;            /* since 0.5: CHUNKSERVE_DTYPE_* a .gguf model's tensors are
+                                    dequantized to; default F32. The CPU backend keeps F16 /
+                                    BF16 weights half-size (half the memory; decode reads half
+                                    the bytes). Ignored for safetensors, which keep their dtype */
 } chunkserve_engine_options_t;
 
 /* Fills *options with the defaults and sets options->struct_size = struct_size. Pass

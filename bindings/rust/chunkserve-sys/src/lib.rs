@@ -132,7 +132,7 @@ pub const CALLBACKS: &[(&str, &[&str])] = &[
 
 constants! {
     pub const CHUNKSERVE_VERSION_MAJOR: i32 = 0;
-    pub const CHUNKSERVE_VERSION_MINOR: i32 = 4;
+    pub const CHUNKSERVE_VERSION_MINOR: i32 = 5;
     pub const CHUNKSERVE_VERSION_PATCH: i32 = 0;
     pub const CHUNKSERVE_ABI_VERSION: i32 = 0;
     pub const CHUNKSERVE_MAX_TOP_LOGPROBS: i32 = 20;
@@ -198,7 +198,8 @@ structs! {
         pub reserved0: i32,
         /// Since version 2 (0.4).
         pub tiny_model: i32,
-        pub reserved1: i32,
+        /// Since 0.5 (0.4 named it reserved1 and required 0, which is F32).
+        pub gguf_dtype: i32,
     }
 
     /// Request options (version 1: 72 bytes; version 2 adds logprobs: 80 bytes).

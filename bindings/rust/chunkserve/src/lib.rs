@@ -264,6 +264,9 @@ pub struct EngineOptions {
     /// Tokens per KV chunk (16..256); 0: 64.
     pub chunk_size: i32,
     pub kv_dtype: DType,
+    /// What a .gguf model's tensors are dequantized to (default F32); the CPU backend keeps F16 /
+    /// BF16 weights half-size. Ignored for safetensors. Needs library 0.5.
+    pub gguf_dtype: DType,
     /// Reuse cached prompt prefixes across requests (default true).
     pub prefix_sharing: bool,
     /// CPU backend threads; 0: hardware concurrency.
@@ -285,6 +288,7 @@ impl Default for EngineOptions {
             kv_cache_bytes: 0,
             chunk_size: 0,
             kv_dtype: DType::F32,
+            gguf_dtype: DType::F32,
             prefix_sharing: true,
             num_threads: 0,
             max_batch_size: 0,
@@ -333,6 +337,8 @@ impl EngineOptions {
         chunk_size: i32,
         /// Sets [`EngineOptions::kv_dtype`](#structfield.kv_dtype).
         kv_dtype: DType,
+        /// Sets [`EngineOptions::gguf_dtype`](#structfield.gguf_dtype).
+        gguf_dtype: DType,
         /// Sets [`EngineOptions::prefix_sharing`](#structfield.prefix_sharing).
         prefix_sharing: bool,
         /// Sets [`EngineOptions::num_threads`](#structfield.num_threads).
@@ -376,6 +382,11 @@ impl Engine {
         o.kv_cache_bytes = options.kv_cache_bytes;
         o.chunk_size = options.chunk_size;
         o.kv_dtype = match options.kv_dtype {
+            DType::F32 => sys::CHUNKSERVE_DTYPE_F32,
+            DType::F16 => sys::CHUNKSERVE_DTYPE_F16,
+            DType::BF16 => sys::CHUNKSERVE_DTYPE_BF16,
+        };
+        o.gguf_dtype = match options.gguf_dtype {
             DType::F32 => sys::CHUNKSERVE_DTYPE_F32,
             DType::F16 => sys::CHUNKSERVE_DTYPE_F16,
             DType::BF16 => sys::CHUNKSERVE_DTYPE_BF16,
@@ -1381,6 +1392,7 @@ mod tests {
             .kv_cache_bytes(1)
             .chunk_size(2)
             .kv_dtype(DType::BF16)
+            .gguf_dtype(DType::F16)
             .prefix_sharing(false)
             .num_threads(3)
             .max_batch_size(4)
@@ -1388,8 +1400,8 @@ mod tests {
             .max_queued_requests(6);
         assert_eq!(o.model_path.as_deref(), Some(std::path::Path::new("/m")));
         assert_eq!(
-            (o.backend, o.kv_dtype, o.prefix_sharing),
-            (Backend::Cuda, DType::BF16, false)
+            (o.backend, o.kv_dtype, o.gguf_dtype, o.prefix_sharing),
+            (Backend::Cuda, DType::BF16, DType::F16, false)
         );
         assert_eq!(
             (
