@@ -39,7 +39,8 @@ namespace chunkserve::engine {
 // Builds the engine's step runner in place of the one-rank model (forward::CreateLlamaModel);
 // tensor parallelism (runtime/parallel) uses it to put a group of ranks behind the StepRunner
 // interface. Called once, from Engine::Create on the caller's thread, with the loaded model (it
-// outlives the runner) and the options the one-rank model would have been given (num_slots from
+// outlives the runner, but its weights are released when the factory returns: the runner must
+// have uploaded or copied them by then) and the options the one-rank model would have been given (num_slots from
 // kv_cache_bytes computed for the whole model, so a tensor-parallel group schedules exactly like
 // one rank and each rank's arena holds 1 / T of kv_cache_bytes).
 using RunnerFactory = std::function<Result<std::unique_ptr<forward::StepRunner>>(
