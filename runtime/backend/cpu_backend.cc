@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -221,10 +222,38 @@ Status CpuBackend::Embed(const Tensor& table, int32_t vocab, int32_t dim, const 
   return Status::Ok();
 }
 
+template <typename Fn>
+kc::KernelStatus CpuBackend::OverRows(int64_t rows, int64_t row_elems, Fn fn) {
+  // A part gets at least ~64K elements: below that, waking a pool thread costs more than the
+  // elementwise work it would take over (these ops run at memory speed).
+  constexpr int64_t kMinElemsPerPart = int64_t{1} << 16;
+  const int64_t by_work = std::max<int64_t>(1, rows * row_elems / kMinElemsPerPart);
+  const int64_t parts = std::min<int64_t>({pool_->num_threads(), rows, by_work});
+  if (parts <= 1) return fn(0, rows);
+  std::atomic<int32_t> failed{static_cast<int32_t>(kc::KernelStatus::kOk)};
+  auto run = [&](int64_t begin, int64_t end, int32_t) {
+    for (int64_t p = begin; p < end; ++p) {
+      const kc::KernelStatus s = fn(rows * p / parts, rows * (p + 1) / parts);
+      if (s != kc::KernelStatus::kOk) failed.store(static_cast<int32_t>(s));
+    }
+  };
+  pool_->ParallelFor(parts, 1, 0, run);
+  return static_cast<kc::KernelStatus>(failed.load());
+}
+
 Status CpuBackend::RmsNorm(const Tensor& x, const Tensor& weight, Tensor* y, int32_t rows,
                            int32_t dim, float eps) {
   CHUNKSERVE_RETURN_IF_ERROR(NeedF32(x, "RmsNorm"));
-  return FromKernel(kc::RmsNorm(F(x), F(weight), F(*y), rows, dim, eps), "RmsNorm");
+  if (rows < 0 || dim < 1) return Status::InvalidArgument("RmsNorm: bad shape");
+  const float* xp = F(x);
+  const float* wp = F(weight);
+  float* yp = F(*y);
+  if (wp == nullptr || yp == nullptr) return Status::InvalidArgument("RmsNorm: null tensor");
+  return FromKernel(OverRows(rows, dim,
+                             [&](int64_t b, int64_t e) {
+                               return kc::RmsNorm(xp + b * dim, wp, yp + b * dim, e - b, dim, eps);
+                             }),
+                    "RmsNorm");
 }
 
 Status CpuBackend::Linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor* y,
@@ -282,7 +311,18 @@ Status CpuBackend::Linear(const Tensor& x, const Tensor& w, const Tensor* bias, 
 
 Status CpuBackend::Rope(Tensor* x, const int32_t* positions, int32_t rows, int32_t heads,
                         int32_t head_dim, const Tensor& inv_freq) {
-  return FromKernel(kc::ApplyRope(F(*x), positions, rows, heads, head_dim, F(inv_freq)),
+  if (rows < 0 || heads < 1 || head_dim < 1) return Status::InvalidArgument("Rope: bad shape");
+  float* xp = F(*x);
+  const float* freq = F(inv_freq);
+  if (xp == nullptr || freq == nullptr || (positions == nullptr && rows > 0)) {
+    return Status::InvalidArgument("Rope: null tensor");
+  }
+  const int64_t row_elems = int64_t{heads} * head_dim;
+  return FromKernel(OverRows(rows, row_elems,
+                             [&](int64_t b, int64_t e) {
+                               return kc::ApplyRope(xp + b * row_elems, positions + b, e - b,
+                                                    heads, head_dim, freq);
+                             }),
                     "ApplyRope");
 }
 
@@ -347,7 +387,19 @@ Status CpuBackend::PrefillAttention(int32_t layer, const Tensor& q, Tensor* o, i
 }
 
 Status CpuBackend::SiluMul(const Tensor& gate, const Tensor& up, Tensor* out, int64_t n) {
-  return FromKernel(kc::SiluMul(F(gate), F(up), F(*out), n), "SiluMul");
+  if (n < 0) return Status::InvalidArgument("SiluMul: bad size");
+  const float* g = F(gate);
+  const float* u = F(up);
+  float* o = F(*out);
+  if (g == nullptr || u == nullptr || o == nullptr) {
+    return Status::InvalidArgument("SiluMul: null tensor");
+  }
+  // Elementwise: "rows" of 1 element.
+  return FromKernel(OverRows(n, 1,
+                             [&](int64_t b, int64_t e) {
+                               return kc::SiluMul(g + b, u + b, o + b, e - b);
+                             }),
+                    "SiluMul");
 }
 
 Status CpuBackend::GatherRows(const Tensor& x, int32_t x_rows, const int32_t* rows, int32_t n,

@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/cpu/common.h"
 #include "kernels/cpu/sampling.h"
 #include "kernels/cpu/thread_pool.h"
 #include "runtime/backend/backend.h"
@@ -84,6 +85,10 @@ class CpuBackend final : public Backend {
  private:
   CpuBackend() = default;
   Result<Tensor> Allocate(kernels::DType dtype, int64_t numel);
+  // fn(begin, end) over row ranges of [0, rows): on the pool's threads when each part gets
+  // enough elements, else on the caller. The first failure's status (nothing else is undone).
+  template <typename Fn>
+  kernels::cpu::KernelStatus OverRows(int64_t rows, int64_t row_elems, Fn fn);
   void* LayerK(int32_t layer) const;
   void* LayerV(int32_t layer) const;
 
