@@ -143,8 +143,9 @@ Result<std::vector<uint64_t>> RequestChain(const workload::WorkloadRequest& requ
 // Runs one policy over the workload `source` (consumed). With options.log, each finished request
 // writes {"policy", "id", "arrival_s", "worker", "reason", "prompt_tokens",
 // "predicted_cached_tokens", "cached_tokens", "ttft_s", "first_token_s", "end_s",
-// "output_tokens"} as one line (times in simulated seconds since the start). InvalidArgument for bad options; a
-// request that can never fit a worker's KV cache is an error too (the workload is too long).
+// "output_tokens"} as one line (times in simulated seconds since the start). InvalidArgument for
+// bad options; a request that can never fit a worker's KV cache is an error too (the workload is
+// too long).
 Result<SimReport> RunSimulation(const SimOptions& options, workload::WorkloadSource& source);
 
 // Renders reports as an aligned text table / a JSON array.
