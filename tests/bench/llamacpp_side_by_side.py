@@ -46,6 +46,8 @@ groups) are killed on any exit of this script, Ctrl-C included.
 """
 import argparse
 import atexit
+import builtins
+import functools
 import http.client
 import json
 import os
@@ -238,7 +240,7 @@ def start_llama(args, gguf, dtype, ctx_total, log_path):
             "--cache-ram", "0", "--no-webui", "-a", "smollm2",
             # One KV buffer for all slots: llama-server's own choice when it picks the slot count.
             # Without it, 32 per-slot streams made the 5-prompt workload 5-15x slower here.
-            "--kv-unified"] + args.llama_args.split()
+            ] + args.llama_args.split()
     p = spawn(argv, log_path, pipe_stdout=False)
     wait_ready(p, port, "/health", "llama-server", args.start_timeout)
     return p, port
@@ -379,9 +381,12 @@ def run_dtype(args, dtype):
             prompts, new_tokens = make(rnd)
             for c in CONFIGS:
                 proc, port = servers[c]
-                wall, results = run_batch(port, prompts, new_tokens, args.request_timeout)
-                if proc.poll() is not None:
-                    raise RuntimeError(f"{c} exited during the run")
+                try:
+                    wall, results = run_batch(port, prompts, new_tokens, args.request_timeout)
+                finally:
+                    if proc.poll() is not None:
+                        print(f"[{dtype}] {c} exited with status {proc.returncode} during the "
+                              f"run (log in {args.log_dir})", file=sys.stderr, flush=True)
                 if rnd == 0:
                     continue
                 walls[w][c].append(wall)
@@ -431,7 +436,8 @@ def fmt_gb(b):
     return f"{b / 1e9:.2f} GB"
 
 
-def print_table(res):
+def print_table(res, out=sys.stdout):
+    print = functools.partial(builtins.print, file=out, flush=True)  # noqa: A001
     d = res["dtype"]
     print(f"\n### {d} weights ({os.path.basename(res['gguf'])}), medians of the rounds\n")
     print("| workload | " + " | ".join(HEADERS[c] for c in CONFIGS) + " |")
@@ -498,7 +504,10 @@ def main():
     except OSError:
         pass
     t0 = time.perf_counter()
-    results = [run_dtype(args, d) for d in args.dtypes.split(",") if d]
+    results = []
+    for d in (d for d in args.dtypes.split(",") if d):
+        results.append(run_dtype(args, d))
+        print_table(results[-1], sys.stderr)  # as it comes: a long run shows its first half
     machine["load_avg_end"] = os.getloadavg()
     report = {"machine": machine, "threads": args.threads, "rounds": args.rounds,
               "total_s": time.perf_counter() - t0, "logs": args.log_dir, "results": results}
