@@ -4,7 +4,7 @@
 What: one run that fills this table, for each weight dtype (f32, then bf16):
 
   | workload                                          | chunkserve, sharing on | sharing off | llama-server |
-  | 32 users, one ~605-token system prompt, 32 tokens |                        |             |              |
+  | 32 users, one ~595-token system prompt, 32 tokens |                        |             |              |
   | 5 chat prompts (3 share a system prompt), 48 tok  |                        |             |              |
 
 plus each server's resident memory (VmRSS after loading, VmHWM = peak over the run, from
@@ -77,7 +77,8 @@ _TOPICS = ["billing", "refunds", "shipping", "returns", "warranty", "accounts", 
 
 
 def system_prompt_32_users():
-    """A support-desk policy of about 605 tokens (SmolLM2's tokenizer)."""
+    """A support-desk policy: 595 tokens with its chat markers and round tag (SmolLM2's
+    tokenizer), 618-619 with a user turn, as issue 25's 32 x 618-token prefill."""
     lines = ["You are Nova, the customer support assistant of Larkspur Home Electronics. "
              "Follow the policy below in every answer. Be brief, friendly and precise, and never "
              "invent order numbers, prices or dates. Answer in the customer's language, and close "
@@ -126,7 +127,8 @@ def workload_5_prompts(round_no, new_tokens=48):
 
 
 WORKLOADS = {
-    "32_users": ("32 users, one ~605-token system prompt, 32 new tokens each", workload_32_users),
+    "32_users": ("32 users, one ~595-token system prompt (618-token prompts), 32 new tokens each",
+                 workload_32_users),
     "5_prompts": ("5 chat prompts (3 share a system prompt), 48 new tokens", workload_5_prompts),
 }
 
