@@ -42,7 +42,7 @@ constexpr char kUsage[] =
     "         [--drain-timeout-ms N]\n"
     "         [--worker-id ID] [--router HOST:PORT] [--advertise HOST:PORT]\n"
     "         [--load-report-ms N] [--backend cpu|cuda] [--cuda-device N]\n"
-    "         [--kv-dtype f32|f16|bf16] [--gguf-dtype f32|f16|bf16]\n"
+    "         [--kv-dtype f32|f16|bf16] [--gguf-dtype f32|f16|bf16] [--prefix-sharing on|off]\n"
     "         [--tp N] [--tp-rendezvous HOST:PORT] [--tp-timeout-ms N] [--tp-comm gloo|nccl]\n"
     "--model is required; --tiny-model serves the built-in tiny model (random weights, for tests\n"
     "and demos without a model).\n"
@@ -152,6 +152,9 @@ int Main(int argc, char** argv) {
       options.engine.gguf_dtype = value == "f16"    ? kernels::DType::kF16
                                   : value == "bf16" ? kernels::DType::kBF16
                                                     : kernels::DType::kF32;
+    } else if (flag == "--prefix-sharing") {
+      ok = value == "on" || value == "off";
+      options.engine.enable_prefix_sharing = value == "on";
     } else if (flag == "--tp" || flag == "--tp-rendezvous" || flag == "--tp-timeout-ms" ||
                flag == "--tp-comm") {
       ok = ParseTpFlag(flag, value, &tp).ok();
