@@ -211,10 +211,11 @@ class EngineImpl final : public Engine {
   }
 
   EngineStats Stats() const override {
+    const uint64_t resident = ResidentBytes();  // a /proc read: not under the step's lock
     std::lock_guard<std::mutex> lock(mu_);
     EngineStats s = stats_;
     s.queued = queued_ + static_cast<int32_t>(incoming_.size());
-    s.resident_bytes = ResidentBytes();
+    s.resident_bytes = resident;
     return s;
   }
 
