@@ -1,8 +1,9 @@
 // Replays a workload (runtime/workload/workload.h, the project's one generator) against an
 // in-process Engine.
 //
-// RunWorkload submits each request at its arrival time (relative to the run's start), drains
-// every stream on its own, and measures per request: time to first token (TTFT), time per output
+// RunWorkload submits each request at its arrival time (relative to the run's start), records
+// each stream's events through its callback (on the engine's step thread: no reader threads to
+// take the CPU from the engine), and measures per request: time to first token (TTFT), time per output
 // token after the first (TPOT), end to end latency; and overall: generated tokens per second,
 // peak KV bytes referenced, prefix-hit rate. Used by chunkserve-demo and `chunkserve-bench engine`.
 #ifndef CHUNKSERVE_RUNTIME_ENGINE_WORKLOAD_RUNNER_H_
