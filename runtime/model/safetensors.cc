@@ -183,6 +183,10 @@ Result<SafetensorsHeader> ParseJson(const char* text, size_t size, uint64_t data
       }
       continue;
     }
+    if (key.empty()) {
+      // A tensor needs a name to be found; EncodeSafetensors refuses to write one without.
+      return Status::InvalidArgument(prefix + "a tensor has an empty name");
+    }
     CHUNKSERVE_ASSIGN_OR_RETURN(SafetensorsTensorInfo info,
                                 ParseEntry(key, value, data_size, prefix));
     header.tensors.push_back(std::move(info));

@@ -8,8 +8,8 @@
 // Validation done by ParseSafetensorsHeader, which never reads outside `file` whatever its bytes:
 //  - 8 <= file size; N <= kMaxSafetensorsHeaderBytes; 8 + N <= file size          (DataLoss)
 //  - the header is a well-formed JSON object without duplicate keys               (DataLoss)
-//  - each entry is an object with a dtype string, a shape of non-negative integers and two
-//    data_offsets begin <= end                                                    (InvalidArgument)
+//  - each entry has a non-empty name and is an object with a dtype string, a shape of
+//    non-negative integers and two data_offsets begin <= end                      (InvalidArgument)
 //  - dtype is F32, F16 or BF16; other safetensors dtypes are Unimplemented, unknown strings
 //    InvalidArgument
 //  - product(shape) * dtype size == end - begin, computed without overflow       (InvalidArgument)

@@ -116,6 +116,14 @@ TEST(SafetensorsTest, AcceptsGapsBetweenTensors) {
   EXPECT_OK(ParseSafetensorsHeader(AsBytes(RawSafetensors(header, std::string(16, 'x'))), "f"));
 }
 
+// A tensor without a name cannot be looked up, and EncodeSafetensors refuses to write one: the
+// parser refuses it too (the fuzzer's round-trip oracle found the two disagreeing).
+TEST(SafetensorsTest, AnEmptyTensorNameIsInvalid) {
+  const std::string header = R"({"":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}})";
+  EXPECT_THAT(ParseSafetensorsHeader(AsBytes(RawSafetensors(header, std::string(4, 'x'))), "f"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("empty name")));
+}
+
 TEST(SafetensorsTest, EmptyHeaderObjectIsAValidEmptyFile) {
   ASSERT_OK_AND_ASSIGN(SafetensorsHeader h,
                        ParseSafetensorsHeader(AsBytes(RawSafetensors("{}", "")), "f"));
