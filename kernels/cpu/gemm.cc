@@ -42,8 +42,8 @@ KernelStatus PackWeights(const void* src, DType src_dtype, int64_t n, int64_t k,
   }
   const size_t es = DTypeSize(dst_dtype);
   auto* out = static_cast<unsigned char*>(dst);
-  // Rows are copied one element at a time into their panel's column: a one-time cost at load
-  // (about a second for a billion weights), so plain loops.
+  // Rows are copied one element at a time into their panel's column: a one-time cost at load,
+  // so plain loops.
   for (int64_t p = 0; p < PanelsOf(n); ++p) {
     unsigned char* panel = out + static_cast<size_t>(p * kGemmPanel * k) * es;
     for (int32_t j = 0; j < kGemmPanel; ++j) {

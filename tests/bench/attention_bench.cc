@@ -235,11 +235,6 @@ void FillRandom(void* data, size_t n, DType dtype, uint64_t seed, kc::ThreadPool
   pool.ParallelFor(64, 1, 0, fill);
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 struct Timing {
   double median_ms = 0.0;

@@ -13,6 +13,7 @@
 // tensor-core FLOPs of decode attention are far below the memory time; they are reported, not
 // part of the floor). efficiency = floor / median.
 #include "tests/bench/attention_cuda.h"
+#include "tests/bench/bench.h"
 #include "tests/bench/attention_layout.h"
 
 #include <cuda_runtime_api.h>
@@ -76,11 +77,6 @@ struct DeviceMem {
   }
 };
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 struct Machine {
   std::string name;

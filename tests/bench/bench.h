@@ -8,8 +8,13 @@
 #ifndef CHUNKSERVE_TESTS_BENCH_BENCH_H_
 #define CHUNKSERVE_TESTS_BENCH_BENCH_H_
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <map>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "kernels/attention_params.h"
 
@@ -35,6 +40,30 @@ inline bool ParseDType(const std::string& s, kernels::DType* out) {
 
 inline const char* DTypeName(kernels::DType t) {
   return t == kernels::DType::kF16 ? "f16" : t == kernels::DType::kBF16 ? "bf16" : "f32";
+}
+
+// The median of `v` (0 for none): what every benchmark reports.
+inline double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// A comma-separated list of integers, each in [lo, hi], into *out; false (and *out partly
+// filled) for an empty list or a bad item.
+template <typename T>
+bool ParseIntList(const std::string& s, int64_t lo, int64_t hi, std::vector<T>* out) {
+  out->clear();
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (end == item.c_str() || *end != '\0' || v < lo || v > hi) return false;
+    out->push_back(static_cast<T>(v));
+  }
+  return !out->empty();
 }
 
 struct BenchRegistration {

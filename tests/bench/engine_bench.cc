@@ -42,19 +42,6 @@ struct EngineBenchFlags {
   bool json = false;
 };
 
-bool ParseList(const char* s, std::vector<int32_t>* out) {
-  out->clear();
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (end == item.c_str() || *end != '\0' || v < 1 || v > 1 << 20) return false;
-    out->push_back(static_cast<int32_t>(v));
-  }
-  return !out->empty();
-}
-
 int EngineMain(int argc, char** argv) {
   EngineBenchFlags f;
   for (int i = 1; i < argc; ++i) {
@@ -69,7 +56,7 @@ int EngineMain(int argc, char** argv) {
       return true;
     };
     bool ok = true;
-    if (a == "--np") ok = has_value && ParseList(argv[++i], &f.np);
+    if (a == "--np") ok = has_value && ParseIntList(argv[++i], 1, 1 << 20, &f.np);
     else if (a == "--nc") ok = int_flag(&f.nc);
     else if (a == "--requests") ok = int_flag(&f.requests);
     else if (a == "--rate") ok = has_value && (f.rate = std::strtod(argv[++i], nullptr)) > 0;

@@ -58,25 +58,6 @@ struct Flags {
   bool json = false;
 };
 
-bool ParseList(const std::string& s, std::vector<int64_t>* out) {
-  out->clear();
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (end == item.c_str() || *end != '\0' || v < 1 || v > 1 << 16) return false;
-    out->push_back(v);
-  }
-  return !out->empty();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 struct Impl {
   std::string name;
   DType w_dtype;
@@ -92,7 +73,7 @@ int GemmMain(int argc, char** argv) {
     if (a == "--json") {
       f.json = true;
     } else if (a == "--tokens" && has) {
-      if (!ParseList(argv[++i], &f.tokens)) {
+      if (!ParseIntList(argv[++i], 1, 1 << 16, &f.tokens)) {
         std::cerr << "gemm: --tokens takes a comma-separated list of counts in [1, 65536]\n";
         return 2;
       }

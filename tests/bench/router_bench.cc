@@ -38,12 +38,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using workload::Rng;
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 struct Config {
   int32_t workers = 1000;
