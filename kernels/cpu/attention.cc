@@ -88,7 +88,8 @@ int32_t Threads(const ThreadPool& pool, int32_t requested) {
 
 // The workspace's pieces, from a (possibly unaligned) base pointer.
 struct WorkspaceLayout {
-  size_t o_part = 0, m_part = 0, l_part = 0, seg_begin = 0, seg_task_begin = 0, total = 0;
+  size_t o_part = 0, m_part = 0, l_part = 0, seq_o = 0, seq_m = 0, seq_l = 0, seg_begin = 0,
+         seg_task_begin = 0, total = 0;
 };
 
 WorkspaceLayout LayoutFor(const TppPlanView& plan, int32_t num_qo_heads, int32_t head_dim) {
@@ -104,6 +105,13 @@ WorkspaceLayout LayoutFor(const TppPlanView& plan, int32_t num_qo_heads, int32_t
   at += AlignUp(rows * sizeof(float));
   w.l_part = at;
   at += AlignUp(rows * sizeof(float));
+  const size_t seq_rows = static_cast<size_t>(plan.num_seqs) * static_cast<size_t>(num_qo_heads);
+  w.seq_o = at;
+  at += AlignUp(seq_rows * static_cast<size_t>(PaddedHeadDim(head_dim)) * sizeof(float));
+  w.seq_m = at;
+  at += AlignUp(seq_rows * sizeof(float));
+  w.seq_l = at;
+  at += AlignUp(seq_rows * sizeof(float));
   w.seg_begin = at;
   at += AlignUp(ints * sizeof(int32_t));
   w.seg_task_begin = at;
@@ -183,13 +191,15 @@ KernelStatus TppDecode(const TppDecodeParams& p) {
     return KernelStatus::kInvalidArgument;
   }
   KernelStatus status;
-  const CpuIsa isa = ResolveCpuIsa(p.isa, &status);
+  const CpuIsa isa = ResolveAttentionIsa(p.isa, &status);
   if (status != KernelStatus::kOk) return status;
 
   TppWorkspace ws;
   const int32_t threads = Threads(*p.pool, p.num_threads);
-  if (p.pool->scratch_bytes() <
-      SequenceScratchBytes(p.kv.head_dim, p.num_qo_heads / p.kv.num_kv_heads)) {
+  const int32_t group = p.num_qo_heads / p.kv.num_kv_heads;
+  if (p.pool->scratch_bytes() < SequenceScratchBytes(p.kv.head_dim, group) ||
+      (SequenceUsesBlocks(group) &&
+       p.pool->scratch_bytes() < BlockScratchBytes(p.kv.head_dim, p.kv.chunk_size))) {
     return KernelStatus::kResourceExhausted;
   }
   if (p.plan.num_shared > 0) {
@@ -203,12 +213,17 @@ KernelStatus TppDecode(const TppDecodeParams& p) {
     ws.o_part = reinterpret_cast<float*>(base + layout.o_part);
     ws.m_part = reinterpret_cast<float*>(base + layout.m_part);
     ws.l_part = reinterpret_cast<float*>(base + layout.l_part);
+    ws.seq_o = reinterpret_cast<float*>(base + layout.seq_o);
+    ws.seq_m = reinterpret_cast<float*>(base + layout.seq_m);
+    ws.seq_l = reinterpret_cast<float*>(base + layout.seq_l);
     ws.seg_begin = reinterpret_cast<int32_t*>(base + layout.seg_begin);
     ws.seg_task_begin = reinterpret_cast<int32_t*>(base + layout.seg_task_begin);
     BuildSegments(p.plan, p.kv.num_kv_heads, p.num_qo_heads / p.kv.num_kv_heads, p.kv.head_dim,
                   p.pool->scratch_bytes(), threads, &ws);
   }
-  if (isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvx512) {  // no AVX-512 build yet
+  if (isa == CpuIsa::kAvx512) {
+    avx512::TppDecode(p, ws, threads);
+  } else if (isa == CpuIsa::kAvx2) {
     avx2::TppDecode(p, ws, threads);
   } else {
     scalar::TppDecode(p, ws, threads);
@@ -224,14 +239,16 @@ KernelStatus PagedDecode(const PagedDecodeParams& p) {
     return KernelStatus::kInvalidArgument;
   }
   KernelStatus status;
-  const CpuIsa isa = ResolveCpuIsa(p.isa, &status);
+  const CpuIsa isa = ResolveAttentionIsa(p.isa, &status);
   if (status != KernelStatus::kOk) return status;
   if (p.pool->scratch_bytes() <
       SequenceScratchBytes(p.kv.head_dim, p.num_qo_heads / p.kv.num_kv_heads)) {
     return KernelStatus::kResourceExhausted;
   }
   const int32_t threads = Threads(*p.pool, p.num_threads);
-  if (isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvx512) {  // no AVX-512 build yet
+  if (isa == CpuIsa::kAvx512) {
+    avx512::PagedDecode(p, threads);
+  } else if (isa == CpuIsa::kAvx2) {
     avx2::PagedDecode(p, threads);
   } else {
     scalar::PagedDecode(p, threads);
@@ -258,14 +275,16 @@ KernelStatus PrefillAttention(const PrefillAttentionParams& p) {
     }
   }
   KernelStatus status;
-  const CpuIsa isa = ResolveCpuIsa(p.isa, &status);
+  const CpuIsa isa = ResolveAttentionIsa(p.isa, &status);
   if (status != KernelStatus::kOk) return status;
   if (p.q_indptr[p.num_seqs] > 0 &&
       p.pool->scratch_bytes() < BlockScratchBytes(p.kv.head_dim, p.kv.chunk_size)) {
     return KernelStatus::kResourceExhausted;
   }
   const int32_t threads = Threads(*p.pool, p.num_threads);
-  if (isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvx512) {  // no AVX-512 build yet
+  if (isa == CpuIsa::kAvx512) {
+    avx512::PrefillAttention(p, threads);
+  } else if (isa == CpuIsa::kAvx2) {
     avx2::PrefillAttention(p, threads);
   } else {
     scalar::PrefillAttention(p, threads);

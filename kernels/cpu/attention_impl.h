@@ -1,17 +1,20 @@
 // Internal: the CPU attention kernels, written once against the 8-lane vector interface of
-// simd_avx2.h / simd_scalar.h and compiled once per ISA.
+// simd_avx512.h / simd_avx2.h / simd_scalar.h (F8; the AVX-512 build's GEMM-shaped tiles also use
+// its 16-lane WideOps) and compiled once per ISA.
 //
-// NO INCLUDE GUARD, on purpose. attention_avx2.cc and attention_scalar.cc each define
-// CHUNKSERVE_CPU_ISA (the namespace: avx2 or scalar), include their simd header and then this file;
-// everything below lands in chunkserve::kernels::cpu::<isa>, helpers in an anonymous namespace, so
-// the two copies never meet at link time (no ODR clash between code built for different ISAs).
+// NO INCLUDE GUARD, on purpose. attention_avx512.cc, attention_avx2.cc and attention_scalar.cc each
+// define CHUNKSERVE_CPU_ISA (the namespace: avx512, avx2 or scalar), include their simd header and
+// then this file; everything below lands in chunkserve::kernels::cpu::<isa>, helpers in an
+// anonymous namespace, so the copies never meet at link time (no ODR clash between code built for
+// different ISAs).
 //
 // Three building blocks:
 //  * AttendBlock: up to kBlockRows query rows x a list of chunks, GEMM-shaped (compute-bound). Q^T
-//    is packed once (scaled by sm_scale * log2 e); per chunk S^T = K Q^T in 6-token x 16-row
-//    register tiles (vectorized over rows), an online softmax vectorized over rows, and O += P V in
-//    6-row x 16-dim tiles; the next chunk's K/V are prefetched a few lines per tile. Chunk-first
-//    (phase 1) and prefill (with a causal mask) use it.
+//    is packed once (scaled by sm_scale * log2 e); per chunk S^T = K Q^T in token x row register
+//    tiles (vectorized over rows; 6 x 16 with AVX2, 12 x 32 with AVX-512), an online softmax
+//    vectorized over rows, and O += P V in row x dim tiles (6 x 16, 6 x 64); the next chunk's K/V
+//    are prefetched a few lines per tile. Chunk-first (phase 1) and prefill (with a causal mask)
+//    use it.
 //  * Sequence units (SeqUnit, AttendChunk): up to kMaxRowsPerPass query heads of one sequence (a
 //    GQA group or part of it) x its chunks, streaming (memory-bound): each K/V row is read once, in
 //    address order, for all the unit's rows; online softmax per row. Sequence-first (phase 2) and
@@ -25,6 +28,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/attention_params.h"
 #include "kernels/cpu/attention.h"
@@ -205,68 +209,104 @@ BlockHead CarveBlockHead(void* base, int d, int c, int rows, int index) {
   return h;
 }
 
-// S^T[t][r] for kNt tokens x 8*kNv rows: broadcast K[t][j], multiply by the row vector Q^T[j].
-template <int kNt, int kNv, int kD>
-inline void QkTile(const float* k, int ldk, const float* qt, int rp, int d_runtime, float* st) {
+// The register tiles below are written against an operations struct (V, kLanes, Zero, Load,
+// Store, Broadcast, Mul, Fma): NarrowOps over the 8-lane F8 every ISA has, or the ISA's WideOps
+// (simd_avx512.h: 16 lanes). TileOps is the widest; the 8-lane tiles take what is left over.
+struct NarrowOps {
+  using V = F8;
+  static constexpr int kLanes = 8;
+  static V Zero() { return CHUNKSERVE_CPU_ISA::Zero(); }
+  static V Load(const float* p) { return CHUNKSERVE_CPU_ISA::Load(p); }
+  static void Store(float* p, V a) { CHUNKSERVE_CPU_ISA::Store(p, a); }
+  static V Broadcast(const float* p) { return CHUNKSERVE_CPU_ISA::Broadcast(p); }
+  static V Mul(V a, V b) { return CHUNKSERVE_CPU_ISA::Mul(a, b); }
+  static V Fma(V a, V b, V c) { return CHUNKSERVE_CPU_ISA::Fma(a, b, c); }
+};
+
+// Tile shapes. S^T tiles: kQkTokens tokens x 2 vectors of rows; P V tiles: kPvRows rows x kPvVecs
+// vectors of head dims. With 16 registers (AVX2) 6 x 2 and 6 x 2: 12 accumulators; with 32
+// (AVX-512) 12 x 2 and 6 x 4: 24 accumulators, and per FMA a third fewer loads.
+#ifdef CHUNKSERVE_SIMD_HAS_WIDE_OPS
+using TileOps = WideOps;
+constexpr int kQkTokens = 12;
+constexpr int kPvRows = 6;
+constexpr int kPvVecs = 4;
+#else
+using TileOps = NarrowOps;
+constexpr int kQkTokens = 6;
+constexpr int kPvRows = 6;
+constexpr int kPvVecs = 2;
+#endif
+constexpr int kQkRows = 2 * TileOps::kLanes;
+constexpr int kPvDims = kPvVecs * TileOps::kLanes;
+
+// Calls f(std::integral_constant<int, n>) for a run-time n in [1, kMax]: a tile template per edge.
+template <int kMax, typename F>
+inline void WithCount(int n, F&& f) {
+  if constexpr (kMax > 1) {
+    if (n < kMax) return WithCount<kMax - 1>(n, f);
+  }
+  f(std::integral_constant<int, kMax>{});
+}
+
+// S^T[t][r] for kNt tokens x kNv vectors of rows: broadcast K[t][j], multiply by the row vector
+// Q^T[j].
+template <typename Ops, int kNt, int kNv, int kD>
+inline void QkTile(const float* k, int ldk, const float* qt, int rp, int d_runtime, float* st,
+                   PrefetchStream& prefetch) {
+  using V = typename Ops::V;
+  constexpr int kL = Ops::kLanes;
   const int d = kD > 0 ? kD : d_runtime;
-  F8 acc[kNt][kNv];
+  V acc[kNt][kNv];
 #pragma GCC unroll 16
   for (int t = 0; t < kNt; ++t) {
 #pragma GCC unroll 16
-    for (int v = 0; v < kNv; ++v) acc[t][v] = Zero();
+    for (int v = 0; v < kNv; ++v) acc[t][v] = Ops::Zero();
   }
   for (int j = 0; j < d; ++j) {
-    F8 qv[kNv];
+    if ((j & 31) == 31) prefetch.Step();
+    V qv[kNv];
 #pragma GCC unroll 16
-    for (int v = 0; v < kNv; ++v) qv[v] = Load(qt + static_cast<int64_t>(j) * rp + 8 * v);
+    for (int v = 0; v < kNv; ++v) qv[v] = Ops::Load(qt + static_cast<int64_t>(j) * rp + kL * v);
 #pragma GCC unroll 16
     for (int t = 0; t < kNt; ++t) {
-      const F8 kb = Broadcast(k + static_cast<int64_t>(t) * ldk + j);
+      const V kb = Ops::Broadcast(k + static_cast<int64_t>(t) * ldk + j);
 #pragma GCC unroll 16
-      for (int v = 0; v < kNv; ++v) acc[t][v] = Fma(kb, qv[v], acc[t][v]);
+      for (int v = 0; v < kNv; ++v) acc[t][v] = Ops::Fma(kb, qv[v], acc[t][v]);
     }
   }
 #pragma GCC unroll 16
   for (int t = 0; t < kNt; ++t) {
 #pragma GCC unroll 16
-    for (int v = 0; v < kNv; ++v) Store(st + static_cast<int64_t>(t) * rp + 8 * v, acc[t][v]);
+    for (int v = 0; v < kNv; ++v) Ops::Store(st + static_cast<int64_t>(t) * rp + kL * v, acc[t][v]);
   }
 }
 
-template <int kNv, int kD>
-inline void QkTileTail(int nt, const float* k, int ldk, const float* qt, int rp, int d, float* st) {
-  switch (nt) {
-    case 1:
-      return QkTile<1, kNv, kD>(k, ldk, qt, rp, d, st);
-    case 2:
-      return QkTile<2, kNv, kD>(k, ldk, qt, rp, d, st);
-    case 3:
-      return QkTile<3, kNv, kD>(k, ldk, qt, rp, d, st);
-    case 4:
-      return QkTile<4, kNv, kD>(k, ldk, qt, rp, d, st);
-    case 5:
-      return QkTile<5, kNv, kD>(k, ldk, qt, rp, d, st);
-    default:
-      return QkTile<6, kNv, kD>(k, ldk, qt, rp, d, st);
-  }
-}
-
-// S^T = K Q^T for len tokens and rp (multiple of 8) rows. Token tiles outermost: the 6 K rows of a
+// S^T = K Q^T for len tokens and rp (multiple of 8) rows. Token tiles outermost: the K rows of a
 // tile stay in L1 while every row tile of Q^T (at most kBlockRows x head_dim, also L1) passes by.
+// Rows left over by the wide tiles (8 with AVX-512 when rp is not a multiple of 16) take an 8-lane
+// tile.
 template <int kD>
 void QkBlock(const float* k, int ldk, int len, const float* qt, int rp, int d, float* st,
              PrefetchStream& prefetch) {
-  for (int t0 = 0; t0 < len; t0 += 6) {
-    const int nt = std::min(6, len - t0);
+  for (int t0 = 0; t0 < len; t0 += kQkTokens) {
+    const int nt = std::min(kQkTokens, len - t0);
     const float* kt = k + static_cast<int64_t>(t0) * ldk;
-    for (int r0 = 0; r0 < rp; r0 += 16) {
-      prefetch.Step();
+    for (int r0 = 0; r0 < rp;) {
       float* s = st + static_cast<int64_t>(t0) * rp + r0;
-      if (rp - r0 >= 16) {
-        QkTileTail<2, kD>(nt, kt, ldk, qt + r0, rp, d, s);
-      } else {
-        QkTileTail<1, kD>(nt, kt, ldk, qt + r0, rp, d, s);
-      }
+      const float* q0 = qt + r0;
+      const int left = rp - r0;
+      WithCount<kQkTokens>(nt, [&](auto tokens) {
+        constexpr int kNt = decltype(tokens)::value;
+        if (left >= kQkRows) {
+          QkTile<TileOps, kNt, 2, kD>(kt, ldk, q0, rp, d, s, prefetch);
+        } else if (left >= TileOps::kLanes) {
+          QkTile<TileOps, kNt, 1, kD>(kt, ldk, q0, rp, d, s, prefetch);
+        } else {
+          QkTile<NarrowOps, kNt, 1, kD>(kt, ldk, q0, rp, d, s, prefetch);
+        }
+      });
+      r0 += left >= kQkRows ? kQkRows : (left >= TileOps::kLanes ? TileOps::kLanes : 8);
     }
   }
 }
@@ -309,69 +349,62 @@ void SoftmaxBlock(float* st, int len, int rp, float* m, float* l, float* alpha, 
   }
 }
 
-// O[kNr rows][8*kNv dims] = O * alpha + P V over len tokens; P^T columns are the rows.
-template <int kNr, int kNv>
+// O[kNr rows][kNv vectors of dims] = O * alpha + P V over len tokens; P^T columns are the rows.
+template <typename Ops, int kNr, int kNv>
 inline void PvTile(const float* pt, int rp, const float* v, int ldv, int len, float* o, int ldo,
                    const float* alpha) {
-  F8 acc[kNr][kNv];
+  using V = typename Ops::V;
+  constexpr int kL = Ops::kLanes;
+  V acc[kNr][kNv];
 #pragma GCC unroll 16
   for (int r = 0; r < kNr; ++r) {
-    const F8 a = Broadcast(alpha + r);
+    const V a = Ops::Broadcast(alpha + r);
 #pragma GCC unroll 16
     for (int j = 0; j < kNv; ++j)
-      acc[r][j] = Mul(Load(o + static_cast<int64_t>(r) * ldo + 8 * j), a);
+      acc[r][j] = Ops::Mul(Ops::Load(o + static_cast<int64_t>(r) * ldo + kL * j), a);
   }
   for (int t = 0; t < len; ++t) {
-    F8 vv[kNv];
+    V vv[kNv];
 #pragma GCC unroll 16
-    for (int j = 0; j < kNv; ++j) vv[j] = Load(v + static_cast<int64_t>(t) * ldv + 8 * j);
+    for (int j = 0; j < kNv; ++j) vv[j] = Ops::Load(v + static_cast<int64_t>(t) * ldv + kL * j);
 #pragma GCC unroll 16
     for (int r = 0; r < kNr; ++r) {
-      const F8 p = Broadcast(pt + static_cast<int64_t>(t) * rp + r);
+      const V p = Ops::Broadcast(pt + static_cast<int64_t>(t) * rp + r);
 #pragma GCC unroll 16
-      for (int j = 0; j < kNv; ++j) acc[r][j] = Fma(p, vv[j], acc[r][j]);
+      for (int j = 0; j < kNv; ++j) acc[r][j] = Ops::Fma(p, vv[j], acc[r][j]);
     }
   }
 #pragma GCC unroll 16
   for (int r = 0; r < kNr; ++r) {
 #pragma GCC unroll 16
-    for (int j = 0; j < kNv; ++j) Store(o + static_cast<int64_t>(r) * ldo + 8 * j, acc[r][j]);
+    for (int j = 0; j < kNv; ++j) Ops::Store(o + static_cast<int64_t>(r) * ldo + kL * j, acc[r][j]);
   }
 }
 
-template <int kNv>
-inline void PvTileTail(int nr, const float* pt, int rp, const float* v, int ldv, int len, float* o,
-                       int ldo, const float* alpha) {
-  switch (nr) {
-    case 1:
-      return PvTile<1, kNv>(pt, rp, v, ldv, len, o, ldo, alpha);
-    case 2:
-      return PvTile<2, kNv>(pt, rp, v, ldv, len, o, ldo, alpha);
-    case 3:
-      return PvTile<3, kNv>(pt, rp, v, ldv, len, o, ldo, alpha);
-    case 4:
-      return PvTile<4, kNv>(pt, rp, v, ldv, len, o, ldo, alpha);
-    case 5:
-      return PvTile<5, kNv>(pt, rp, v, ldv, len, o, ldo, alpha);
-    default:
-      return PvTile<6, kNv>(pt, rp, v, ldv, len, o, ldo, alpha);
-  }
-}
-
+// O = O * alpha + P V for nrows rows and dp (multiple of 8) dims: dim tiles of kPvDims, then one
+// wide vector, then 8 lanes (AVX-512 when dp is not a multiple of 16).
 void PvBlock(const float* pt, int rp, const float* v, int ldv, int len, int nrows, int dp, float* o,
              const float* alpha, PrefetchStream& prefetch) {
-  for (int d0 = 0; d0 < dp; d0 += 16) {
-    const bool two = dp - d0 >= 16;
-    for (int r0 = 0; r0 < nrows; r0 += 6) {
+  for (int d0 = 0; d0 < dp;) {
+    const int left = dp - d0;
+    for (int r0 = 0; r0 < nrows; r0 += kPvRows) {
       prefetch.Step();
-      const int nr = std::min(6, nrows - r0);
+      const int nr = std::min(kPvRows, nrows - r0);
       float* ot = o + static_cast<int64_t>(r0) * dp + d0;
-      if (two) {
-        PvTileTail<2>(nr, pt + r0, rp, v + d0, ldv, len, ot, dp, alpha + r0);
-      } else {
-        PvTileTail<1>(nr, pt + r0, rp, v + d0, ldv, len, ot, dp, alpha + r0);
-      }
+      const float* p0 = pt + r0;
+      const float* v0 = v + d0;
+      WithCount<kPvRows>(nr, [&](auto rows) {
+        constexpr int kNr = decltype(rows)::value;
+        if (left >= kPvDims) {
+          PvTile<TileOps, kNr, kPvVecs>(p0, rp, v0, ldv, len, ot, dp, alpha + r0);
+        } else if (left >= TileOps::kLanes) {
+          PvTile<TileOps, kNr, 1>(p0, rp, v0, ldv, len, ot, dp, alpha + r0);
+        } else {
+          PvTile<NarrowOps, kNr, 1>(p0, rp, v0, ldv, len, ot, dp, alpha + r0);
+        }
+      });
     }
+    d0 += left >= kPvDims ? kPvDims : (left >= TileOps::kLanes ? TileOps::kLanes : 8);
   }
 }
 
@@ -439,15 +472,22 @@ void AttendBlock(const KvCacheView& kv, int32_t h0, int32_t h1, const ChunkRange
       const BlockHead b = CarveBlockHead(scratch, d, c, nrows, h - h0);
       const T* kb = BlockPtr<kDt>(kv.k, kv, chunks.slot[i], h);
       const T* vb = BlockPtr<kDt>(kv.v, kv, chunks.slot[i], h);
-      // The next head's blocks follow these in memory; across the jump to the next chunk's slot,
-      // prefetch its first head's blocks while working on the last head of this chunk.
+      // Prefetch the blocks worked on next (the next head's, or across the jump to the next
+      // chunk's slot its first head's) while working on these: with few rows the work per block
+      // is short and its loads would otherwise wait for DRAM block after block.
       PrefetchStream prefetch;
-      if (h + 1 == h1 && i + 1 < chunks.end && !(kCausal && first_pos + c > pos_max)) {
-        const int64_t steps = static_cast<int64_t>((rp + 15) / 16) * ((len + 5) / 6) +
-                              static_cast<int64_t>((dp + 15) / 16) * ((nrows + 5) / 6);
-        prefetch.Reset(BlockPtr<kDt>(kv.k, kv, chunks.slot[i + 1], h0),
-                       BlockPtr<kDt>(kv.v, kv, chunks.slot[i + 1], h0),
-                       static_cast<int64_t>(chunks.len[i + 1]) * d * sizeof(T), steps);
+      const bool next_head = h + 1 < h1;
+      if (next_head || (i + 1 < chunks.end && !(kCausal && first_pos + c > pos_max))) {
+        const int64_t steps =
+            static_cast<int64_t>((rp + kQkRows - 1) / kQkRows) *
+                ((len + kQkTokens - 1) / kQkTokens) * std::max(1, d / 32) +
+            static_cast<int64_t>((dp + kPvDims - 1) / kPvDims) * ((nrows + kPvRows - 1) / kPvRows);
+        const int32_t next_slot = next_head ? chunks.slot[i] : chunks.slot[i + 1];
+        const int32_t next_h = next_head ? h + 1 : h0;
+        const int next_len = next_head ? len : chunks.len[i + 1];
+        prefetch.Reset(BlockPtr<kDt>(kv.k, kv, next_slot, next_h),
+                       BlockPtr<kDt>(kv.v, kv, next_slot, next_h),
+                       static_cast<int64_t>(next_len) * d * sizeof(T), steps);
       }
 
       // The tiles below walk K and V column-wise, which the hardware prefetcher does not follow.
@@ -621,6 +661,15 @@ SeqUnit CarveSeqUnit(float* base, int dp, const RowMap& map, int64_t row0, int n
   return u;
 }
 
+// Moves the unit's output state (acc, m, l) to its rows of the workspace's sequence state, which
+// outlives the task (TppWorkspace::seq_*); its queries stay in the thread's scratch.
+void PointAtSequenceState(SeqUnit* u, const TppWorkspace& ws, int dp) {
+  const int64_t row = u->map.Index(u->row0);
+  u->acc = ws.seq_o + row * dp;
+  u->m = ws.seq_m + row;
+  u->l = ws.seq_l + row;
+}
+
 void InitUnit(const SeqUnit& u, const float* q, int d, int dp, float scale2) {
   for (int r = 0; r < u.nr; ++r) {
     const float* qrow = q + u.map.Index(u.row0 + r) * d;
@@ -772,6 +821,12 @@ struct Context {
   bool head_major = false;
   int32_t heads_per_task = 1;  // sequence-first tasks: KV heads per task ...
   int32_t head_blocks = 1;     // ... and tasks per sequence
+  // TPP with shared chunks: the sequence-first tasks leave their state in ws->seq_* for the merge
+  // pass, and run in one task list with the chunk-first tasks (OverlapTask).
+  bool defer_merge = false;
+  bool block_sequences = false;  // TPP: SequenceBlockTask instead of SequenceTask
+  int64_t chunk_first_tasks = 0;
+  int64_t sequence_tasks = 0;
   // Prefill
   const int32_t* q_indptr = nullptr;
   const int32_t* q_pos = nullptr;
@@ -913,10 +968,12 @@ struct SequenceTask {
       partials.l_part = ctx.ws->l_part;
     }
     auto unit = [&](int32_t seq, int32_t h0, int32_t h, int p) {
-      return CarveSeqUnit(scratch + ((h - h0) * passes + p) * unit_floats, dp,
-                          RowMap{seq, ctx.group, h * ctx.group, ctx.num_qo_heads},
-                          p * kMaxRowsPerPass,
-                          std::min(kMaxRowsPerPass, ctx.group - p * kMaxRowsPerPass));
+      SeqUnit u =
+          CarveSeqUnit(scratch + ((h - h0) * passes + p) * unit_floats, dp,
+                       RowMap{seq, ctx.group, h * ctx.group, ctx.num_qo_heads}, p * kMaxRowsPerPass,
+                       std::min(kMaxRowsPerPass, ctx.group - p * kMaxRowsPerPass));
+      if (ctx.defer_merge) PointAtSequenceState(&u, *ctx.ws, dp);
+      return u;
     };
     for (int64_t task = begin; task < end; ++task) {
       int32_t seq, h0, h1;
@@ -933,7 +990,9 @@ struct SequenceTask {
         for (int p = 0; p < passes; ++p) {
           const SeqUnit u = unit(seq, h0, h, p);
           InitUnit(u, ctx.q, d, dp, ctx.scale2);
-          if (partials.plan != nullptr) MergePartials(u, partials, seq, ctx.num_qo_heads, dp);
+          if (partials.plan != nullptr && !ctx.defer_merge) {
+            MergePartials(u, partials, seq, ctx.num_qo_heads, dp);
+          }
         }
       }
       const int32_t first = ctx.chunk_indptr[seq];
@@ -960,12 +1019,110 @@ struct SequenceTask {
             AttendChunk<kDt, kD>(unit(seq, h0, h, p), kb, vb, len, d, prefetch);
         }
       }
+      if (ctx.defer_merge) continue;  // MergeTask finishes them
       for (int32_t h = h0; h < h1; ++h) {
         for (int p = 0; p < passes; ++p) FinishUnit(unit(seq, h0, h, p), ctx.o, d, dp);
       }
     }
   }
 };
+
+// TPP's sequence-first phase for GQA groups (SequenceUsesBlocks): a task is a sequence and a range
+// of its KV heads, as in SequenceTask, but each KV head's group of query heads goes through
+// AttendBlock (the GEMM-shaped tiles) over the sequence's private chunks, chunk by chunk and head
+// by head. The result is merged and finished like a SequenceTask unit's.
+template <DType kDt, int kD>
+struct SequenceBlockTask {
+  static void Run(void* ctx_ptr, int64_t begin, int64_t end, int32_t thread_index) {
+    const Context& ctx = *static_cast<const Context*>(ctx_ptr);
+    const int d = kD > 0 ? kD : ctx.kv.head_dim;
+    const int dp = RoundUp8(d);
+    void* scratch = ctx.pool->scratch(thread_index);
+    const PartialSource partials =
+        ctx.plan == nullptr
+            ? PartialSource{}
+            : PartialSource{ctx.plan, ctx.ws->o_part, ctx.ws->m_part, ctx.ws->l_part};
+    for (int64_t task = begin; task < end; ++task) {
+      const int32_t seq = static_cast<int32_t>(task / ctx.head_blocks);
+      const int32_t h0 = static_cast<int32_t>(task % ctx.head_blocks) * ctx.heads_per_task;
+      const int32_t h1 = std::min(h0 + ctx.heads_per_task, ctx.kv.num_kv_heads);
+      const ChunkRange chunks{ctx.chunk_slot, ctx.chunk_len, ctx.chunk_indptr[seq],
+                              ctx.chunk_indptr[seq + 1]};
+      AttendBlock<kDt, kD, false>(ctx.kv, h0, h1, chunks, ctx.q,
+                                  RowMap{seq, ctx.group, 0, ctx.num_qo_heads}, 0, ctx.group,
+                                  ctx.scale2, nullptr, scratch);
+      for (int32_t h = h0; h < h1; ++h) {
+        const BlockHead b = CarveBlockHead(scratch, d, ctx.kv.chunk_size, ctx.group, h - h0);
+        SeqUnit u{};
+        u.acc = b.o;
+        u.m = b.m;
+        u.l = b.l;
+        u.map = RowMap{seq, ctx.group, h * ctx.group, ctx.num_qo_heads};
+        u.nr = ctx.group;
+        if (ctx.defer_merge) {
+          SeqUnit state = u;
+          PointAtSequenceState(&state, *ctx.ws, dp);
+          std::memcpy(state.acc, u.acc, sizeof(float) * static_cast<size_t>(u.nr) * dp);
+          std::memcpy(state.m, u.m, sizeof(float) * static_cast<size_t>(u.nr));
+          std::memcpy(state.l, u.l, sizeof(float) * static_cast<size_t>(u.nr));
+          continue;
+        }
+        if (partials.plan != nullptr) MergePartials(u, partials, seq, ctx.num_qo_heads, dp);
+        FinishUnit(u, ctx.o, d, dp);
+      }
+    }
+  }
+};
+
+// TPP with shared chunks, first pass: the chunk-first and the sequence-first tasks in one list, so
+// that compute-bound shared tiles and memory-bound private walks run side by side instead of one
+// phase waiting for the other (each leaves its partial state in the workspace). Task i is
+// chunk-first task c(i) = i * C / (C + S) when c(i + 1) > c(i), else sequence task i - c(i): the
+// two kinds spread evenly over the list, which the pool hands out in order.
+template <DType kDt, int kD>
+struct OverlapTask {
+  static void Run(void* ctx_ptr, int64_t begin, int64_t end, int32_t thread_index) {
+    const Context& ctx = *static_cast<const Context*>(ctx_ptr);
+    const int64_t c = ctx.chunk_first_tasks;
+    const int64_t total = c + ctx.sequence_tasks;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t before = i * c / total;
+      if ((i + 1) * c / total > before) {
+        ChunkFirstTask<kDt, kD>::Run(ctx_ptr, before, before + 1, thread_index);
+      } else if (ctx.block_sequences) {
+        SequenceBlockTask<kDt, kD>::Run(ctx_ptr, i - before, i - before + 1, thread_index);
+      } else {
+        SequenceTask<kDt, kD>::Run(ctx_ptr, i - before, i - before + 1, thread_index);
+      }
+    }
+  }
+};
+
+// TPP with shared chunks, second pass: per (sequence, range of KV heads), merges the private state
+// with the sequence's shared partials and writes the output rows.
+void MergeTask(void* ctx_ptr, int64_t begin, int64_t end, int32_t /*thread_index*/) {
+  const Context& ctx = *static_cast<const Context*>(ctx_ptr);
+  const int d = ctx.kv.head_dim;
+  const int dp = RoundUp8(d);
+  const int passes = (ctx.group + kMaxRowsPerPass - 1) / kMaxRowsPerPass;
+  const PartialSource partials{ctx.plan, ctx.ws->o_part, ctx.ws->m_part, ctx.ws->l_part};
+  for (int64_t task = begin; task < end; ++task) {
+    const int32_t seq = static_cast<int32_t>(task / ctx.head_blocks);
+    const int32_t h0 = static_cast<int32_t>(task % ctx.head_blocks) * ctx.heads_per_task;
+    const int32_t h1 = std::min(h0 + ctx.heads_per_task, ctx.kv.num_kv_heads);
+    for (int32_t h = h0; h < h1; ++h) {
+      for (int p = 0; p < passes; ++p) {
+        SeqUnit u{};
+        u.map = RowMap{seq, ctx.group, h * ctx.group, ctx.num_qo_heads};
+        u.row0 = p * kMaxRowsPerPass;
+        u.nr = std::min(kMaxRowsPerPass, ctx.group - p * kMaxRowsPerPass);
+        PointAtSequenceState(&u, *ctx.ws, dp);
+        MergePartials(u, partials, seq, ctx.num_qo_heads, dp);
+        FinishUnit(u, ctx.o, d, dp);
+      }
+    }
+  }
+}
 
 // Prefill: task -> (sequence, KV head, row block), the last (most expensive, causal) blocks first.
 template <DType kDt, int kD>
@@ -1056,8 +1213,12 @@ void SplitHeads(Context* ctx, int32_t threads) {
   const int64_t blocks =
       std::clamp<int64_t>((kTasksPerThread * threads + seqs - 1) / seqs, 1, num_kv_heads);
   const int64_t passes = (ctx->group + kMaxRowsPerPass - 1) / kMaxRowsPerPass;
-  const int64_t fit = static_cast<int64_t>(ctx->pool->scratch_bytes() / sizeof(float)) /
-                      (passes * SequenceUnitFloats(ctx->kv.head_dim));
+  const int64_t scratch_floats = static_cast<int64_t>(ctx->pool->scratch_bytes() / sizeof(float));
+  const int64_t fit =
+      ctx->block_sequences
+          ? (scratch_floats - BlockTempFloats(ctx->kv.head_dim, ctx->kv.chunk_size)) /
+                BlockHeadFloats(ctx->kv.head_dim, ctx->group)
+          : scratch_floats / (passes * SequenceUnitFloats(ctx->kv.head_dim));
   int64_t heads = (num_kv_heads + blocks - 1) / blocks;
   heads = std::max<int64_t>(1, std::min(heads, fit));
   ctx->heads_per_task = static_cast<int32_t>(heads);
@@ -1070,16 +1231,26 @@ void TppDecode(const TppDecodeParams& p, const TppWorkspace& ws, int32_t threads
   Context ctx = BaseContext(p.kv, p.q, p.o, p.plan.num_seqs, p.num_qo_heads, p.sm_scale, p.pool);
   ctx.plan = &p.plan;
   ctx.ws = &ws;
-  if (ws.num_segments > 0) {
-    p.pool->ParallelFor(ws.seg_task_begin[ws.num_segments], 1, threads,
-                        SelectTask<ChunkFirstTask>(p.kv.dtype, p.kv.head_dim), &ctx);
-  }
   ctx.chunk_indptr = p.plan.private_indptr;
   ctx.chunk_slot = p.plan.private_slot;
   ctx.chunk_len = p.plan.private_len;
+  ctx.block_sequences = SequenceUsesBlocks(ctx.group);
   SplitHeads(&ctx, threads);
-  p.pool->ParallelFor(static_cast<int64_t>(p.plan.num_seqs) * ctx.head_blocks, 1, threads,
-                      SelectTask<SequenceTask>(p.kv.dtype, p.kv.head_dim), &ctx);
+  const int64_t sequence_tasks = static_cast<int64_t>(p.plan.num_seqs) * ctx.head_blocks;
+  if (ws.num_segments == 0) {  // nothing shared: one sequence-first pass writes the output
+    p.pool->ParallelFor(sequence_tasks, 1, threads,
+                        ctx.block_sequences
+                            ? SelectTask<SequenceBlockTask>(p.kv.dtype, p.kv.head_dim)
+                            : SelectTask<SequenceTask>(p.kv.dtype, p.kv.head_dim),
+                        &ctx);
+    return;
+  }
+  ctx.defer_merge = true;
+  ctx.chunk_first_tasks = ws.seg_task_begin[ws.num_segments];
+  ctx.sequence_tasks = sequence_tasks;
+  p.pool->ParallelFor(ctx.chunk_first_tasks + sequence_tasks, 1, threads,
+                      SelectTask<OverlapTask>(p.kv.dtype, p.kv.head_dim), &ctx);
+  p.pool->ParallelFor(sequence_tasks, 1, threads, &MergeTask, &ctx);
 }
 
 void PagedDecode(const PagedDecodeParams& p, int32_t threads) {

@@ -32,6 +32,21 @@ const char* CpuIsaName(CpuIsa isa);
 // CPU does not support the result; *status is kOk otherwise.
 CpuIsa ResolveCpuIsa(CpuIsa requested, KernelStatus* status);
 
+// The throughput of 512-bit FMAs over 256-bit ones on this core, in FLOPs, measured once per
+// process on the first call (about 0.2 ms of register-only FMA chains, best of several passes):
+// ~2 where the core has two 512-bit FMA pipes (Zen 5, most Xeons), ~1 where it splits a 512-bit
+// FMA into two 256-bit halves (Zen 4) or has one 512-bit pipe. 0 without AVX-512.
+double WideFmaSpeedup();
+
+// Where WideFmaSpeedup() reaches this, AVX-512 attention kernels pay (kernels/README.md, "ISA
+// choice").
+inline constexpr double kWideFmaPays = 1.4;
+
+// ResolveCpuIsa for the attention and KV-append kernels: the same, except that a kAuto request left
+// to detection (no $CHUNKSERVE_CPU_ISA) runs AVX2 on an AVX-512 CPU whose WideFmaSpeedup() is below
+// kWideFmaPays: there the AVX-512 build is no faster, and the choice should not depend on a flag.
+CpuIsa ResolveAttentionIsa(CpuIsa requested, KernelStatus* status);
+
 }  // namespace chunkserve::kernels::cpu
 
 #endif  // CHUNKSERVE_KERNELS_CPU_CPU_ISA_H_

@@ -87,7 +87,7 @@ KernelStatus Gemm(const GemmParams& p) {
   if (status != KernelStatus::kOk) return status;
   if (p.m == 0) return KernelStatus::kOk;
   using Fn = void (*)(const GemmParams&, int64_t, int64_t);
-  const Fn run = isa == CpuIsa::kAvx512 ? &avx512::GemmPanels
+  const Fn run = isa == CpuIsa::kAvx512 ? &avx512::zmm::GemmPanels
                  : isa == CpuIsa::kAvx2 ? &avx2::GemmPanels
                                         : &scalar::GemmPanels;
   const int64_t panels = PanelsOf(p.n);

@@ -1,6 +1,7 @@
-// Internal: the per-ISA entry points behind attention.h, kv_append.h and gemm.h, and the sizes both sides
-// agree on. attention_impl.h defines them once per ISA namespace (avx2, scalar); attention.cc and
-// kv_append.cc validate params, resolve the ISA and call one of them. Nothing here validates.
+// Internal: the per-ISA entry points behind attention.h, kv_append.h and gemm.h, and the sizes both
+// sides agree on. attention_impl.h defines them once per ISA namespace (avx512, avx2, scalar),
+// gemm_impl.h once per vector (avx512::zmm, avx2, scalar); attention.cc, kv_append.cc and gemm.cc
+// validate params, resolve the ISA and call one of them. Nothing here validates.
 #ifndef CHUNKSERVE_KERNELS_CPU_ISA_KERNELS_H_
 #define CHUNKSERVE_KERNELS_CPU_ISA_KERNELS_H_
 
@@ -20,6 +21,15 @@ inline constexpr int32_t kBlockRows = 64;
 // Chunk-first runs with at most this many query rows (sequences x GQA group) take the streaming
 // path: GEMM tiles would mostly multiply padding, and so few rows make the work memory-bound.
 inline constexpr int32_t kStreamRows = 4;
+
+// TPP's sequence-first phase runs a GQA group of at least this many query heads per KV head (and
+// at most kBlockRows) through the GEMM-shaped block tiles instead of streaming units: the
+// streaming kernel's per-token reductions and accumulator traffic make it compute-bound there
+// (kernels/README.md, "GQA").
+inline constexpr int32_t kBlockGroupMin = 4;
+inline bool SequenceUsesBlocks(int32_t group) {
+  return group >= kBlockGroupMin && group <= kBlockRows;
+}
 
 inline int32_t PaddedHeadDim(int32_t head_dim) { return (head_dim + 7) & ~7; }
 
@@ -52,7 +62,10 @@ inline size_t SequenceScratchBytes(int32_t head_dim, int32_t group) {
 }
 
 // TppDecode's workspace, carved by attention.cc. Partial row i (see TppPlanView) is
-// o_part[i * padded_head_dim ...], m_part[i], l_part[i]; m is natural-log based. The chunk-first
+// o_part[i * padded_head_dim ...], m_part[i], l_part[i]; m is natural-log based. Row
+// seq * num_qo_heads + head of seq_o / seq_m / seq_l is that query head's state over its private
+// chunks (unnormalized output, running max in base 2, running sum), which the merge pass combines
+// with the partials once both phases are done. The chunk-first
 // tasks are runs of shared chunks with the same row range ("segments"): segment g covers shared
 // chunks [seg_begin[g], seg_begin[g + 1]) and tasks [seg_task_begin[g], seg_task_begin[g + 1]),
 // one per (KV head, block of kBlockRows rows), head major, or for segments of at most
@@ -61,6 +74,9 @@ struct TppWorkspace {
   float* o_part = nullptr;
   float* m_part = nullptr;
   float* l_part = nullptr;
+  float* seq_o = nullptr;
+  float* seq_m = nullptr;
+  float* seq_l = nullptr;
   int32_t* seg_begin = nullptr;       // [num_segments + 1]
   int32_t* seg_task_begin = nullptr;  // [num_segments + 1]
   int32_t num_segments = 0;
@@ -74,17 +90,18 @@ struct TppWorkspace {
   void PrefillAttention(const PrefillAttentionParams& params, int32_t threads);           \
   void KvAppend(const KvAppendParams& params);                                            \
   }
+CHUNKSERVE_DECLARE_ISA_KERNELS(avx512)
 CHUNKSERVE_DECLARE_ISA_KERNELS(avx2)
 CHUNKSERVE_DECLARE_ISA_KERNELS(scalar)
 #undef CHUNKSERVE_DECLARE_ISA_KERNELS
 
-// gemm_impl.h, compiled for AVX-512 too (the attention kernels have no AVX-512 build yet): output
-// panels [panel_begin, panel_end) of a validated GemmParams, on the calling thread.
-#define CHUNKSERVE_DECLARE_ISA_GEMM(isa) \
-  namespace isa {                        \
+// gemm_impl.h: output panels [panel_begin, panel_end) of a validated GemmParams, on the calling
+// thread.
+#define CHUNKSERVE_DECLARE_ISA_GEMM(isa)                                             \
+  namespace isa {                                                                    \
   void GemmPanels(const GemmParams& params, int64_t panel_begin, int64_t panel_end); \
   }
-CHUNKSERVE_DECLARE_ISA_GEMM(avx512)
+CHUNKSERVE_DECLARE_ISA_GEMM(avx512::zmm)
 CHUNKSERVE_DECLARE_ISA_GEMM(avx2)
 CHUNKSERVE_DECLARE_ISA_GEMM(scalar)
 #undef CHUNKSERVE_DECLARE_ISA_GEMM

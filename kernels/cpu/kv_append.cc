@@ -30,9 +30,11 @@ KernelStatus KvAppend(const KvAppendParams& p) {
     }
   }
   KernelStatus status;
-  const CpuIsa isa = ResolveCpuIsa(p.isa, &status);
+  const CpuIsa isa = ResolveAttentionIsa(p.isa, &status);
   if (status != KernelStatus::kOk) return status;
-  if (isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvx512) {  // no AVX-512 build yet
+  if (isa == CpuIsa::kAvx512) {
+    avx512::KvAppend(p);
+  } else if (isa == CpuIsa::kAvx2) {
     avx2::KvAppend(p);
   } else {
     scalar::KvAppend(p);

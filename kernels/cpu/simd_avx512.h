@@ -1,5 +1,11 @@
-// The 16-lane fp32 vector for AVX-512 (F, BW, VL, DQ): what the GEMM is written against
-// (gemm_impl.h), with the names of simd_avx2.h's 8-lane one where the operation is the same.
+// The vectors of the AVX-512 (F, BW, VL, DQ) builds, in two halves:
+//  * namespace `avx512`: the 8-lane F8 interface of simd_avx2.h (the same source, simd_ymm.h),
+//    which the attention kernels (attention_impl.h) are written against, here compiled with EVEX
+//    encodings and 32 registers; plus `WideOps`, the 16-lane operations their GEMM-shaped tiles
+//    use (attention_impl.h's TileOps).
+//  * namespace `avx512::zmm`: the 16-lane F16 vector under the names gemm_impl.h expects (Vec,
+//    kLanes, Load, Fma, ...). gemm_avx512.cc compiles the GEMM inside `avx512::zmm`, where these
+//    names hide the 8-lane ones of the enclosing namespace.
 //
 // Include only from a translation unit that compiles this header, and everything that uses it,
 // under `#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")` (see
@@ -10,8 +16,13 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace chunkserve::kernels::cpu::avx512 {
+
+#include "kernels/cpu/simd_ymm.h"  // F8 and its operations
+
+namespace zmm {
 
 struct F16 {
   __m512 v;
@@ -23,6 +34,7 @@ inline F16 Zero() { return {_mm512_setzero_ps()}; }
 inline F16 Set1(float x) { return {_mm512_set1_ps(x)}; }
 inline F16 Load(const float* p) { return {_mm512_loadu_ps(p)}; }
 inline void Store(float* p, F16 a) { _mm512_storeu_ps(p, a.v); }
+inline F16 Broadcast(const float* p) { return {_mm512_set1_ps(*p)}; }
 
 inline __mmask16 PrefixMask(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
 // The first n (0..16) lanes from p, zeros after; reads nothing past p + n.
@@ -30,6 +42,7 @@ inline F16 LoadPartial(const float* p, int n) { return {_mm512_maskz_loadu_ps(Pr
 inline void StorePartial(float* p, F16 a, int n) { _mm512_mask_storeu_ps(p, PrefixMask(n), a.v); }
 
 inline F16 Add(F16 a, F16 b) { return {_mm512_add_ps(a.v, b.v)}; }
+inline F16 Mul(F16 a, F16 b) { return {_mm512_mul_ps(a.v, b.v)}; }
 // a * b + c
 inline F16 Fma(F16 a, F16 b, F16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
 
@@ -38,9 +51,26 @@ inline F16 LoadF16(const uint16_t* p) {
   return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
 }
 inline F16 LoadBF16(const uint16_t* p) {
-  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  const __m512i wide =
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   return {_mm512_castsi512_ps(_mm512_slli_epi32(wide, 16))};
 }
+
+}  // namespace zmm
+
+// The 16-lane operations of the attention tiles (attention_impl.h's TileOps; NarrowOps there is
+// the same over F8).
+struct WideOps {
+  using V = zmm::F16;
+  static constexpr int kLanes = 16;
+  static V Zero() { return zmm::Zero(); }
+  static V Load(const float* p) { return zmm::Load(p); }
+  static void Store(float* p, V a) { zmm::Store(p, a); }
+  static V Broadcast(const float* p) { return zmm::Broadcast(p); }
+  static V Mul(V a, V b) { return zmm::Mul(a, b); }
+  static V Fma(V a, V b, V c) { return zmm::Fma(a, b, c); }
+};
+#define CHUNKSERVE_SIMD_HAS_WIDE_OPS 1
 
 }  // namespace chunkserve::kernels::cpu::avx512
 

@@ -235,7 +235,6 @@ void FillRandom(void* data, size_t n, DType dtype, uint64_t seed, kc::ThreadPool
   pool.ParallelFor(64, 1, 0, fill);
 }
 
-
 struct Timing {
   double median_ms = 0.0;
   double min_ms = 0.0;
@@ -480,7 +479,8 @@ void EmitJson(const Options& o, const Config& cfg, const MachinePeaks& peaks, co
   j["kv_dtype"] = DTypeName(o.kv_dtype);
   j["threads"] = o.threads;
   kc::KernelStatus isa_status;
-  j["isa"] = kc::CpuIsaName(kc::ResolveCpuIsa(o.isa, &isa_status));
+  j["isa"] = kc::CpuIsaName(kc::ResolveAttentionIsa(o.isa, &isa_status));
+  j["wide_fma_speedup"] = kc::WideFmaSpeedup();
   j["iters"] = r.timing.iters;
   j["cache"] = o.warm ? "warm" : "cold";
   j["median_ms"] = r.timing.median_ms;
@@ -516,15 +516,17 @@ struct Measured {
 
 void PrintHeader(const Options& o, const MachinePeaks& peaks) {
   kc::KernelStatus isa_status;
-  const kc::CpuIsa isa = kc::ResolveCpuIsa(o.isa, &isa_status);
+  const kc::CpuIsa isa = kc::ResolveAttentionIsa(o.isa, &isa_status);
   std::printf(
       "machine: %d threads; read bandwidth %.1f GB/s (best pass of the run; lowest %.1f), "
       "FMA peak %.1f GFLOP/s (%s; avx2 %.1f)\n",
       peaks.threads, peaks.read_gbs, peaks.read_gbs_low, peaks.fma_gflops,
       FmaIsaName(peaks.fma_isa), peaks.fma_gflops_by_isa[static_cast<int>(FmaIsa::kAvx2)]);
-  std::printf("kernels: %s; KV %s; heads %d, kv heads %d, head dim %d, chunk %d; caches %s\n",
-              kc::CpuIsaName(isa), DTypeName(o.kv_dtype), o.heads, o.kv_heads, o.head_dim, o.chunk,
-              o.warm ? "warm" : "flushed before every timed iteration");
+  std::printf(
+      "kernels: %s (512-bit / 256-bit FMA throughput %.2f; AVX-512 by default from %.1f); KV %s; "
+      "heads %d, kv heads %d, head dim %d, chunk %d; caches %s\n",
+      kc::CpuIsaName(isa), kc::WideFmaSpeedup(), kc::kWideFmaPays, DTypeName(o.kv_dtype), o.heads,
+      o.kv_heads, o.head_dim, o.chunk, o.warm ? "warm" : "flushed before every timed iteration");
 }
 
 void PrintSingle(const Options& o, const MachinePeaks& peaks, const Measured& m) {

@@ -185,6 +185,7 @@ TEST_P(DecodeAttentionTest, SingleThreadMatchesReference) {
   CheckLayout(layout, /*num_kv_heads=*/1, rng, /*num_threads=*/1);
 }
 
+constexpr CpuIsa kAvx512 = CpuIsa::kAvx512;
 constexpr CpuIsa kAvx2 = CpuIsa::kAvx2;
 constexpr CpuIsa kScalar = CpuIsa::kScalar;
 
@@ -199,6 +200,12 @@ INSTANTIATE_TEST_SUITE_P(
         // Generic head dims: multiples of 8 (40, 96) and not (20, 36), odd GQA ratios.
         Case{DType::kF32, 40, 64, 3, kAvx2}, Case{DType::kF16, 96, 16, 2, kAvx2},
         Case{DType::kBF16, 20, 32, 5, kAvx2}, Case{DType::kF32, 36, 48, 12, kAvx2},
+        // The AVX-512 build (wide tiles, 8-lane edges where head_dim or rows are 8 mod 16).
+        Case{DType::kF32, 128, 64, 1, kAvx512}, Case{DType::kF32, 128, 64, 4, kAvx512},
+        Case{DType::kF32, 64, 16, 8, kAvx512}, Case{DType::kF16, 128, 256, 4, kAvx512},
+        Case{DType::kBF16, 64, 64, 1, kAvx512}, Case{DType::kF32, 40, 64, 3, kAvx512},
+        Case{DType::kF16, 96, 16, 2, kAvx512}, Case{DType::kBF16, 20, 32, 5, kAvx512},
+        Case{DType::kF32, 36, 48, 12, kAvx512},
         // The portable path on the same kinds of shapes.
         Case{DType::kF32, 128, 64, 4, kScalar}, Case{DType::kF16, 64, 16, 1, kScalar},
         Case{DType::kBF16, 128, 256, 8, kScalar}, Case{DType::kF32, 40, 32, 3, kScalar},

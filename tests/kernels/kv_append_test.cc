@@ -133,14 +133,19 @@ TEST_P(KvAppendTest, CopyMovesPrefixOfEveryHead) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Kernels, KvAppendTest,
-    ::testing::Values(Case{DType::kF32, 128, CpuIsa::kAvx2}, Case{DType::kF16, 128, CpuIsa::kAvx2},
-                      Case{DType::kBF16, 64, CpuIsa::kAvx2}, Case{DType::kF16, 20, CpuIsa::kAvx2},
-                      Case{DType::kBF16, 36, CpuIsa::kAvx2}, Case{DType::kF32, 20, CpuIsa::kScalar},
-                      Case{DType::kF16, 64, CpuIsa::kScalar},
-                      Case{DType::kBF16, 128, CpuIsa::kScalar}),
-    CaseName);
+INSTANTIATE_TEST_SUITE_P(Kernels, KvAppendTest,
+                         ::testing::Values(Case{DType::kF32, 128, CpuIsa::kAvx2},
+                                           Case{DType::kF16, 128, CpuIsa::kAvx2},
+                                           Case{DType::kBF16, 64, CpuIsa::kAvx2},
+                                           Case{DType::kF16, 20, CpuIsa::kAvx2},
+                                           Case{DType::kBF16, 36, CpuIsa::kAvx2},
+                                           Case{DType::kF32, 128, CpuIsa::kAvx512},
+                                           Case{DType::kF16, 20, CpuIsa::kAvx512},
+                                           Case{DType::kBF16, 36, CpuIsa::kAvx512},
+                                           Case{DType::kF32, 20, CpuIsa::kScalar},
+                                           Case{DType::kF16, 64, CpuIsa::kScalar},
+                                           Case{DType::kBF16, 128, CpuIsa::kScalar}),
+                         CaseName);
 
 }  // namespace
 }  // namespace chunkserve::kernels::cpu::testing

@@ -147,6 +147,7 @@ TEST_P(PrefillAttentionTest, QueriesAtScatteredPositions) {
   Check({{total, total, positions}}, /*num_kv_heads=*/1, rng);
 }
 
+constexpr CpuIsa kAvx512 = CpuIsa::kAvx512;
 constexpr CpuIsa kAvx2 = CpuIsa::kAvx2;
 constexpr CpuIsa kScalar = CpuIsa::kScalar;
 
@@ -155,6 +156,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{DType::kF32, 128, 64, 1, kAvx2}, Case{DType::kF32, 64, 16, 8, kAvx2},
                       Case{DType::kF16, 128, 32, 4, kAvx2}, Case{DType::kBF16, 64, 256, 2, kAvx2},
                       Case{DType::kF32, 40, 16, 3, kAvx2}, Case{DType::kBF16, 20, 64, 4, kAvx2},
+                      Case{DType::kF32, 128, 64, 1, kAvx512}, Case{DType::kF32, 64, 16, 8, kAvx512},
+                      Case{DType::kF16, 128, 32, 4, kAvx512},
+                      Case{DType::kBF16, 64, 256, 2, kAvx512},
+                      Case{DType::kF32, 40, 16, 3, kAvx512}, Case{DType::kBF16, 20, 64, 4, kAvx512},
                       Case{DType::kF32, 128, 64, 4, kScalar}, Case{DType::kF16, 36, 16, 1, kScalar},
                       Case{DType::kBF16, 64, 32, 8, kScalar}),
     CaseName);

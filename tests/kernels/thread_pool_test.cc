@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <new>
 #include <string>
 #include <thread>
@@ -147,6 +149,33 @@ TEST(CpuIsaTest, ExplicitRequestsResolveToThemselves) {
   }
   EXPECT_TRUE(CpuSupports(DetectCpuIsa()));
   EXPECT_NE(ResolveCpuIsa(CpuIsa::kAuto, &status), CpuIsa::kAuto);
+}
+
+// The attention kernels take AVX-512 by default only where its FMAs measure faster; explicit
+// requests are kept as they are.
+TEST(CpuIsaTest, AttentionTakesAvx512OnlyWhereItsFmasAreFaster) {
+  const double speedup = WideFmaSpeedup();
+  std::printf("512-bit / 256-bit FMA throughput: %.2f\n", speedup);
+  KernelStatus status = KernelStatus::kInvalidArgument;
+  if (!CpuSupports(CpuIsa::kAvx512)) {
+    EXPECT_EQ(speedup, 0.0);
+  } else {
+    // Two 256-bit halves at worst, two full 512-bit pipes at best; the probe is a ratio of bests.
+    EXPECT_GT(speedup, 0.5);
+    EXPECT_LT(speedup, 3.0);
+    EXPECT_EQ(WideFmaSpeedup(), speedup) << "measured once per process";
+    EXPECT_EQ(ResolveAttentionIsa(CpuIsa::kAvx512, &status), CpuIsa::kAvx512);
+    EXPECT_EQ(status, KernelStatus::kOk);
+    const char* env = std::getenv("CHUNKSERVE_CPU_ISA");
+    if (env == nullptr || *env == '\0') {
+      EXPECT_EQ(ResolveAttentionIsa(CpuIsa::kAuto, &status),
+                speedup >= kWideFmaPays ? CpuIsa::kAvx512 : CpuIsa::kAvx2);
+    }
+  }
+  EXPECT_EQ(ResolveAttentionIsa(CpuIsa::kScalar, &status), CpuIsa::kScalar);
+  if (CpuSupports(CpuIsa::kAvx2)) {
+    EXPECT_EQ(ResolveAttentionIsa(CpuIsa::kAvx2, &status), CpuIsa::kAvx2);
+  }
 }
 
 }  // namespace
