@@ -210,7 +210,8 @@ BlockHead CarveBlockHead(void* base, int d, int c, int rows, int index) {
 }
 
 // The register tiles below are written against an operations struct (V, kLanes, Zero, Load,
-// Store, Broadcast, Mul, Fma): NarrowOps over the 8-lane F8 every ISA has, or the ISA's WideOps
+// Store, Broadcast, Mul, Fma, LoadF16, LoadBF16, Fold8: the sum of a vector's 8-lane halves):
+// NarrowOps over the 8-lane F8 every ISA has, or the ISA's WideOps
 // (simd_avx512.h: 16 lanes). TileOps is the widest; the 8-lane tiles take what is left over.
 struct NarrowOps {
   using V = F8;
@@ -221,6 +222,9 @@ struct NarrowOps {
   static V Broadcast(const float* p) { return CHUNKSERVE_CPU_ISA::Broadcast(p); }
   static V Mul(V a, V b) { return CHUNKSERVE_CPU_ISA::Mul(a, b); }
   static V Fma(V a, V b, V c) { return CHUNKSERVE_CPU_ISA::Fma(a, b, c); }
+  static V LoadF16(const uint16_t* p) { return CHUNKSERVE_CPU_ISA::LoadF16(p); }
+  static V LoadBF16(const uint16_t* p) { return CHUNKSERVE_CPU_ISA::LoadBF16(p); }
+  static F8 Fold8(V a) { return a; }
 };
 
 // Tile shapes. S^T tiles: kQkTokens tokens x 2 vectors of rows; P V tiles: kPvRows rows x kPvVecs
@@ -239,6 +243,18 @@ constexpr int kPvVecs = 2;
 #endif
 constexpr int kQkRows = 2 * TileOps::kLanes;
 constexpr int kPvDims = kPvVecs * TileOps::kLanes;
+
+// A vector of Ops' width of KV elements, widened to fp32.
+template <typename Ops, DType kDt>
+inline typename Ops::V KvLoad(const typename Kv<kDt>::T* p) {
+  if constexpr (kDt == DType::kF32) {
+    return Ops::Load(p);
+  } else if constexpr (kDt == DType::kF16) {
+    return Ops::LoadF16(p);
+  } else {
+    return Ops::LoadBF16(p);
+  }
+}
 
 // Calls f(std::integral_constant<int, n>) for a run-time n in [1, kMax]: a tile template per edge.
 template <int kMax, typename F>
@@ -541,15 +557,28 @@ void AttendBlock(const KvCacheView& kv, int32_t h0, int32_t h1, const ChunkRange
 template <DType kDt, int kD, int kNr, int kNt>
 inline void DotGroup(const typename Kv<kDt>::T* k, int d_runtime, const float* qs, int dp,
                      float* sc) {
+  using W = TileOps;
   const int d = kD > 0 ? kD : d_runtime;
+  const int dw = d - d % W::kLanes;  // wide vectors, then 8 lanes, then a partial vector
   const int d8 = d & ~7;
+  typename W::V aw[kNr * kNt];
   F8 a[kNr * kNt];
 #pragma GCC unroll 16
-  for (int i = 0; i < kNr * kNt; ++i) a[i] = Zero();
+  for (int i = 0; i < kNr * kNt; ++i) {
+    aw[i] = W::Zero();
+    a[i] = Zero();
+  }
 #pragma GCC unroll 16
   for (int t = 0; t < kNt; ++t) {
     const typename Kv<kDt>::T* kt = k + static_cast<int64_t>(t) * d;
-    for (int j = 0; j < d8; j += 8) {
+    for (int j = 0; j < dw; j += W::kLanes) {
+      const typename W::V kv = KvLoad<W, kDt>(kt + j);
+#pragma GCC unroll 16
+      for (int r = 0; r < kNr; ++r) {
+        aw[r * kNt + t] = W::Fma(W::Load(qs + r * dp + j), kv, aw[r * kNt + t]);
+      }
+    }
+    for (int j = dw; j < d8; j += 8) {  // AVX-512 with head_dim % 16 >= 8
       const F8 kv = Kv<kDt>::Get(kt + j);
 #pragma GCC unroll 16
       for (int r = 0; r < kNr; ++r) a[r * kNt + t] = Fma(Load(qs + r * dp + j), kv, a[r * kNt + t]);
@@ -562,6 +591,8 @@ inline void DotGroup(const typename Kv<kDt>::T* k, int d_runtime, const float* q
     }
     CompilerBarrier();
   }
+#pragma GCC unroll 16
+  for (int i = 0; i < kNr * kNt; ++i) a[i] = Add(a[i], W::Fold8(aw[i]));
   alignas(32) float sums[8];
   if constexpr (kNr * kNt == 8) {
     Store(sums, ReduceAdd8(a));
@@ -598,7 +629,9 @@ void DotLinear(const typename Kv<kDt>::T* k, int len, int d, const float* qs, in
 template <DType kDt, int kD, int kNr>
 void PvLinear(const float* p, const typename Kv<kDt>::T* v, int len, int d_runtime, float* acc,
               int dp, const float* alpha, PrefetchStream& prefetch) {
+  using W = TileOps;
   const int d = kD > 0 ? kD : d_runtime;
+  const int dw = d - d % W::kLanes;  // wide vectors, then 8 lanes, then a partial vector
   const int d8 = d & ~7;
 #pragma GCC unroll 16
   for (int r = 0; r < kNr; ++r) {
@@ -608,20 +641,33 @@ void PvLinear(const float* p, const typename Kv<kDt>::T* v, int len, int d_runti
   for (int t = 0; t < len; ++t) {
     if ((t & 7) == 0) prefetch.Step();
     const typename Kv<kDt>::T* vt = v + static_cast<int64_t>(t) * d;
-    F8 pb[kNr];
+    typename W::V pw[kNr];
 #pragma GCC unroll 16
-    for (int r = 0; r < kNr; ++r) pb[r] = Broadcast(p + r * kScoreStride + t);
+    for (int r = 0; r < kNr; ++r) pw[r] = W::Broadcast(p + r * kScoreStride + t);
 #pragma GCC unroll 16
-    for (int j = 0; j < d8; j += 8) {
-      const F8 vv = Kv<kDt>::Get(vt + j);
+    for (int j = 0; j < dw; j += W::kLanes) {
+      const typename W::V vv = KvLoad<W, kDt>(vt + j);
 #pragma GCC unroll 16
-      for (int r = 0; r < kNr; ++r) Store(acc + r * dp + j, Fma(pb[r], vv, Load(acc + r * dp + j)));
+      for (int r = 0; r < kNr; ++r) {
+        W::Store(acc + r * dp + j, W::Fma(pw[r], vv, W::Load(acc + r * dp + j)));
+      }
     }
-    if (kD == 0 && d8 < d) {
-      const F8 vv = Kv<kDt>::GetPartial(vt + d8, d - d8);
+    if (dw < d8 || (kD == 0 && d8 < d)) {
+      F8 pb[kNr];
 #pragma GCC unroll 16
-      for (int r = 0; r < kNr; ++r)
-        Store(acc + r * dp + d8, Fma(pb[r], vv, Load(acc + r * dp + d8)));
+      for (int r = 0; r < kNr; ++r) pb[r] = Broadcast(p + r * kScoreStride + t);
+      for (int j = dw; j < d8; j += 8) {  // AVX-512 with head_dim % 16 >= 8
+        const F8 vv = Kv<kDt>::Get(vt + j);
+#pragma GCC unroll 16
+        for (int r = 0; r < kNr; ++r)
+          Store(acc + r * dp + j, Fma(pb[r], vv, Load(acc + r * dp + j)));
+      }
+      if (kD == 0 && d8 < d) {
+        const F8 vv = Kv<kDt>::GetPartial(vt + d8, d - d8);
+#pragma GCC unroll 16
+        for (int r = 0; r < kNr; ++r)
+          Store(acc + r * dp + d8, Fma(pb[r], vv, Load(acc + r * dp + d8)));
+      }
     }
   }
 }
@@ -1006,9 +1052,9 @@ struct SequenceTask {
           // into them; across the jump to the next chunk's slot, prefetch its first blocks while
           // working on the last head of this one.
           PrefetchStream prefetch;
-          if (h + 1 == h1 && i + 1 < last) {
-            const int32_t next_i = i + 1;
-            const int32_t next_h = h0;
+          if (h + 1 < h1 || i + 1 < last) {
+            const int32_t next_i = h + 1 < h1 ? i : i + 1;
+            const int32_t next_h = h + 1 < h1 ? h + 1 : h0;
             prefetch.Reset(
                 BlockPtr<kDt>(kv.k, kv, ctx.chunk_slot[next_i], next_h),
                 BlockPtr<kDt>(kv.v, kv, ctx.chunk_slot[next_i], next_h),

@@ -69,6 +69,12 @@ struct WideOps {
   static V Broadcast(const float* p) { return zmm::Broadcast(p); }
   static V Mul(V a, V b) { return zmm::Mul(a, b); }
   static V Fma(V a, V b, V c) { return zmm::Fma(a, b, c); }
+  static V LoadF16(const uint16_t* p) { return zmm::LoadF16(p); }
+  static V LoadBF16(const uint16_t* p) { return zmm::LoadBF16(p); }
+  // The sum of the two 8-lane halves (horizontal reductions continue on F8).
+  static F8 Fold8(V a) {
+    return {_mm256_add_ps(_mm512_castps512_ps256(a.v), _mm512_extractf32x8_ps(a.v, 1))};
+  }
 };
 #define CHUNKSERVE_SIMD_HAS_WIDE_OPS 1
 
