@@ -42,9 +42,39 @@ inline F16 LoadPartial(const float* p, int n) { return {_mm512_maskz_loadu_ps(Pr
 inline void StorePartial(float* p, F16 a, int n) { _mm512_mask_storeu_ps(p, PrefixMask(n), a.v); }
 
 inline F16 Add(F16 a, F16 b) { return {_mm512_add_ps(a.v, b.v)}; }
+inline F16 Sub(F16 a, F16 b) { return {_mm512_sub_ps(a.v, b.v)}; }
 inline F16 Mul(F16 a, F16 b) { return {_mm512_mul_ps(a.v, b.v)}; }
+inline F16 Max(F16 a, F16 b) { return {_mm512_max_ps(a.v, b.v)}; }
 // a * b + c
 inline F16 Fma(F16 a, F16 b, F16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+
+// pos >= threshold ? x : y, lane by lane.
+inline F16 SelectGe(F16 pos, F16 threshold, F16 x, F16 y) {
+  return {_mm512_mask_blend_ps(_mm512_cmp_ps_mask(pos.v, threshold.v, _CMP_GE_OQ), y.v, x.v)};
+}
+// Lanes equal to -inf become `value`.
+inline F16 ReplaceNegInf(F16 a, float value) {
+  const __mmask16 is_neg_inf =
+      _mm512_cmp_ps_mask(a.v, _mm512_set1_ps(-__builtin_inff()), _CMP_EQ_OQ);
+  return {_mm512_mask_blend_ps(is_neg_inf, a.v, _mm512_set1_ps(value))};
+}
+// 2^x: simd_ymm.h's Exp2 (the same clamp, rounding and polynomial), 16 lanes.
+inline F16 Exp2(F16 x) {
+  const __m512 xc =
+      _mm512_min_ps(_mm512_max_ps(x.v, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
+  const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(xc, n);
+  __m512 p = _mm512_set1_ps(1.5403530393381606e-4f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821580e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  const __m512i e =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return {_mm512_mul_ps(p, _mm512_castsi512_ps(e))};
+}
 
 // Weight storage types: 16 halves or bfloat16s widened exactly to fp32.
 inline F16 LoadF16(const uint16_t* p) {
@@ -75,6 +105,13 @@ struct WideOps {
   static F8 Fold8(V a) {
     return {_mm256_add_ps(_mm512_castps512_ps256(a.v), _mm512_extractf32x8_ps(a.v, 1))};
   }
+  static V Set1(float x) { return zmm::Set1(x); }
+  static V Add(V a, V b) { return zmm::Add(a, b); }
+  static V Sub(V a, V b) { return zmm::Sub(a, b); }
+  static V Max(V a, V b) { return zmm::Max(a, b); }
+  static V Exp2(V a) { return zmm::Exp2(a); }
+  static V SelectGe(V pos, V threshold, V x, V y) { return zmm::SelectGe(pos, threshold, x, y); }
+  static V ReplaceNegInf(V a, float value) { return zmm::ReplaceNegInf(a, value); }
 };
 #define CHUNKSERVE_SIMD_HAS_WIDE_OPS 1
 
