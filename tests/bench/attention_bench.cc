@@ -69,6 +69,7 @@ struct Options {
   bool grid = false;
   bool warm = false;
   bool paged_head_major = false;
+  bool isa_compare = false;  // also time tpp on every vector ISA the CPU has
   kc::CpuIsa isa = kc::CpuIsa::kAuto;
   std::vector<int32_t> sweep_batches = {1, 2, 4, 8, 16, 32, 64};
   bool cuda = false;            // --device cuda: the CUDA kernels (attention_cuda.cc)
@@ -94,6 +95,7 @@ void Usage() {
          "  --no-naive       skip the naive reference\n"
          "  --warm           do not flush caches between iterations\n"
          "  --paged-head-major  also time the paged kernel with head-major task order\n"
+         "  --isa-compare    also time tpp on each vector ISA the CPU has (tpp_avx2, tpp_avx512)\n"
          "  --device D       cpu | cuda (cpu); cuda: KV f16 (default) or bf16, no naive line,\n"
          "                   exits 77 with \"no CUDA device\" on a machine without one\n"
          "  --ctas-per-sm N  cuda: thread blocks per SM the TPP schedule splits work for (4)\n"
@@ -187,6 +189,8 @@ int ParseFlags(int argc, char** argv, Options* o) {
       o->warm = true;
     else if (a == "--paged-head-major")
       o->paged_head_major = true;
+    else if (a == "--isa-compare")
+      o->isa_compare = true;
     else {
       std::cerr << "attention: unknown flag " << a << " (--help)\n";
       return 2;
@@ -436,6 +440,28 @@ bool RunConfig(const Options& o, const Config& cfg, MachinePeaks& peaks, kc::Thr
     names.insert(names.begin() + 1, "paged_hm");
     runs.insert(runs.begin() + 1, [&] { (void)kc::PagedDecode(pp_hm); });
   }
+  // The same TPP call on each vector ISA, each checked against the auto-dispatched output.
+  std::vector<kc::TppDecodeParams> isa_params;
+  std::vector<std::vector<float>> isa_out;
+  if (o.isa_compare) {
+    for (const kc::CpuIsa isa : {kc::CpuIsa::kAvx2, kc::CpuIsa::kAvx512}) {
+      if (!kc::CpuSupports(isa)) continue;
+      isa_out.emplace_back(qn);
+      isa_params.push_back(tp);
+      isa_params.back().isa = isa;
+      isa_params.back().o = isa_out.back().data();
+      names.push_back(std::string("tpp_") + kc::CpuIsaName(isa));
+    }
+    for (size_t i = 0; i < isa_params.size(); ++i) {
+      if (kc::TppDecode(isa_params[i]) != kc::KernelStatus::kOk ||
+          !(MaxAbsDiff(isa_out[i], o_tpp) <= kAgree)) {
+        std::cerr << "attention: " << names[names.size() - isa_params.size() + i]
+                  << " disagrees with tpp\n";
+        return false;
+      }
+      runs.push_back([&, i] { (void)kc::TppDecode(isa_params[i]); });
+    }
+  }
   const std::vector<Timing> timings = TimeInterleaved(o.iters, o.warm, runs);
   for (size_t k = 0; k < names.size(); ++k) results->push_back({names[k], timings[k], true});
   RemeasureMachinePeaks(&peaks);
@@ -579,6 +605,29 @@ void PrintTable3(const Options& o, const MachinePeaks& peaks, const std::vector<
   }
 }
 
+// --isa-compare: TPP per ISA beside the one auto-dispatch picks.
+void PrintIsaTable(const Options& o, const MachinePeaks& peaks, const std::vector<Measured>& all) {
+  kc::KernelStatus status;
+  std::printf(
+      "\nISA comparison (tpp ms, median of %d; auto picks %s: 512-bit / 256-bit FMA throughput "
+      "%.2f, AVX-512 from %.1f)\n",
+      o.iters, kc::CpuIsaName(kc::ResolveAttentionIsa(kc::CpuIsa::kAuto, &status)),
+      kc::WideFmaSpeedup(), kc::kWideFmaPays);
+  std::printf("%-8s %6s %6s %6s %10s %10s %12s %9s %9s\n", "section", "np", "ns", "batch",
+              "tpp_avx2", "tpp_avx512", "avx512/avx2", "eff_avx2", "eff_avx512");
+  for (const Measured& m : all) {
+    const Result* a2 = Find(m.results, "tpp_avx2");
+    const Result* a5 = Find(m.results, "tpp_avx512");
+    if (a2 == nullptr || a5 == nullptr) continue;
+    const double floor_ms = FloorMs(WorkOf(o, m.cfg), peaks);
+    std::printf("%-8s %6lld %6lld %6d %10.2f %10.2f %11.2fx %9.2f %9.2f\n", m.section,
+                static_cast<long long>(m.cfg.np), static_cast<long long>(m.cfg.ns), m.cfg.batch,
+                a2->timing.median_ms, a5->timing.median_ms,
+                a2->timing.median_ms / a5->timing.median_ms, floor_ms / a2->timing.median_ms,
+                floor_ms / a5->timing.median_ms);
+  }
+}
+
 void PrintFigure4(const Options& o, const MachinePeaks& peaks, const std::vector<Measured>& all) {
   std::printf(
       "\nFigure 4: batch sweep at np %lld, ns %lld (latency ms, tokens/s = batch / latency)\n",
@@ -673,6 +722,7 @@ int AttentionMain(int argc, char** argv) {
       PrintTable3(o, peaks, all);
       PrintFigure4(o, peaks, all);
     }
+    if (o.isa_compare) PrintIsaTable(o, peaks, all);
   }
   return ok ? 0 : 1;
 }
