@@ -283,23 +283,30 @@ inline void QkTile(const float* k, int ldk, const float* qt, int rp, int d_runti
   using V = typename Ops::V;
   constexpr int kL = Ops::kLanes;
   const int d = kD > 0 ? kD : d_runtime;
+  // With head_dim fixed, K's row stride is head_dim too (fp32 KV, or widened rows of a multiple of
+  // 8): a constant stride turns the kNt row addresses into displacements off one register, where
+  // kNt pointers would spill to the stack inside the loop.
+  const int64_t ld = kD > 0 ? kD : ldk;
   V acc[kNt][kNv];
 #pragma GCC unroll 16
   for (int t = 0; t < kNt; ++t) {
 #pragma GCC unroll 16
     for (int v = 0; v < kNv; ++v) acc[t][v] = Ops::Zero();
   }
-  for (int j = 0; j < d; ++j) {
-    if ((j & 31) == 31) prefetch.Step();
-    V qv[kNv];
+  for (int j0 = 0; j0 < d; j0 += 32) {
+    const int j1 = std::min(d, j0 + 32);
+    for (int j = j0; j < j1; ++j) {
+      V qv[kNv];
 #pragma GCC unroll 16
-    for (int v = 0; v < kNv; ++v) qv[v] = Ops::Load(qt + static_cast<int64_t>(j) * rp + kL * v);
+      for (int v = 0; v < kNv; ++v) qv[v] = Ops::Load(qt + static_cast<int64_t>(j) * rp + kL * v);
 #pragma GCC unroll 16
-    for (int t = 0; t < kNt; ++t) {
-      const V kb = Ops::Broadcast(k + static_cast<int64_t>(t) * ldk + j);
+      for (int t = 0; t < kNt; ++t) {
+        const V kb = Ops::Broadcast(k + t * ld + j);
 #pragma GCC unroll 16
-      for (int v = 0; v < kNv; ++v) acc[t][v] = Ops::Fma(kb, qv[v], acc[t][v]);
+        for (int v = 0; v < kNv; ++v) acc[t][v] = Ops::Fma(kb, qv[v], acc[t][v]);
+      }
     }
+    prefetch.Step();
   }
 #pragma GCC unroll 16
   for (int t = 0; t < kNt; ++t) {
@@ -519,7 +526,7 @@ void AttendBlock(const KvCacheView& kv, int32_t h0, int32_t h1, const ChunkRange
       if (next_head || (i + 1 < chunks.end && !(kCausal && first_pos + c > pos_max))) {
         const int64_t steps =
             static_cast<int64_t>((rp + kQkRows - 1) / kQkRows) *
-                ((len + kQkTokens - 1) / kQkTokens) * std::max(1, d / 32) +
+                ((len + kQkTokens - 1) / kQkTokens) * ((d + 31) / 32) +
             static_cast<int64_t>((dp + kPvDims - 1) / kPvDims) * ((nrows + kPvRows - 1) / kPvRows);
         const int32_t next_slot = next_head ? chunks.slot[i] : chunks.slot[i + 1];
         const int32_t next_h = next_head ? h + 1 : h0;
