@@ -1284,13 +1284,19 @@ Context BaseContext(const KvCacheView& kv, const float* q, float* o, int32_t num
 }
 
 // Sequence-first tasks: as many KV heads per task as the scratch holds and the balance allows
-// (about kTasksPerThread tasks per thread; long head ranges stream best).
+// (long head ranges stream best). Balance: the longest sequence's task should be at most about
+// 1 / (kTasksPerThread * threads) of all the chunks walked, so that one sequence much longer than
+// the rest (or the only one with private chunks) does not finish alone on one thread.
 void SplitHeads(Context* ctx, int32_t threads) {
   constexpr int64_t kTasksPerThread = 8;
   const int32_t num_kv_heads = ctx->kv.num_kv_heads;
-  const int64_t seqs = std::max<int64_t>(1, ctx->num_seqs);
-  const int64_t blocks =
-      std::clamp<int64_t>((kTasksPerThread * threads + seqs - 1) / seqs, 1, num_kv_heads);
+  int64_t longest = 0;
+  for (int32_t s = 0; s < ctx->num_seqs; ++s) {
+    longest = std::max<int64_t>(longest, ctx->chunk_indptr[s + 1] - ctx->chunk_indptr[s]);
+  }
+  const int64_t total = std::max<int64_t>(1, ctx->chunk_indptr[ctx->num_seqs]);
+  const int64_t blocks = std::clamp<int64_t>(
+      (kTasksPerThread * threads * longest + total - 1) / total, 1, num_kv_heads);
   const int64_t passes = (ctx->group + kMaxRowsPerPass - 1) / kMaxRowsPerPass;
   const int64_t scratch_floats = static_cast<int64_t>(ctx->pool->scratch_bytes() / sizeof(float));
   const int64_t fit =
