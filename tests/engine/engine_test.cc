@@ -7,9 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -251,8 +255,9 @@ TEST_F(EngineTest, StopTokenEndsTheRequestAfterStreamingIt) {
   const auto stopped = RunAll(Options(), {r});
   ASSERT_EQ(stopped.size(), 1u);
   EXPECT_EQ(stopped[0].finish.reason, FinishReason::kStopToken);
-  const auto first_stop = std::find(free_run[0].tokens.begin(), free_run[0].tokens.end(),
-                                    free_run[0].tokens[3]) - free_run[0].tokens.begin();
+  const auto first_stop =
+      std::find(free_run[0].tokens.begin(), free_run[0].tokens.end(), free_run[0].tokens[3]) -
+      free_run[0].tokens.begin();
   EXPECT_EQ(stopped[0].tokens.size(), static_cast<size_t>(first_stop + 1));
 }
 
@@ -286,55 +291,64 @@ TEST_F(EngineTest, SecondRequestWithTheSamePromptHitsTheCache) {
 
 TEST_F(EngineTest, QueueTimeCountsTheWaitForABatchSlot) {
   // One sequence per step: a second request cannot be admitted while the first runs, and its
-  // queue time must cover that wait. The first is running (its first token was read) when the
-  // second arrives, and still running 5 ms later, so the second waited at least those 5 ms. A
-  // fast step thread can finish the first (900 tokens of the tiny model) within the 5 ms; then
-  // there was no wait to measure and the attempt is repeated. (Two requests submitted back to
-  // back raced: the first could end before the test thread got to submit the second.)
+  // queue time must cover that wait. The first request's stream callback (which runs on the step
+  // thread) freezes the engine at its first token through the stall-file test hook, so the first
+  // is running and cannot finish while the second waits, whatever the machine's speed or load.
+  // (Earlier versions raced the step thread with sleeps and failed now and then under load.)
+  testing::TempDir dir;
+  const std::filesystem::path stall_file = dir.path() / "stall";
+  ::setenv("CHUNKSERVE_TEST_STALL_FILE", stall_file.c_str(), 1);  // read once, by Create
   EngineOptions o = Options();
   o.max_batch_size = 1;
   auto engine = Engine::Create(o);
+  ::unsetenv("CHUNKSERVE_TEST_STALL_FILE");
   ASSERT_OK(engine.status());
-  bool checked = false;
-  for (int attempt = 0; attempt < 10 && !checked; ++attempt) {
-    RequestOptions long_request;
-    long_request.prompt = testing::Random(6 + attempt).Tokens(40, 256);
-    long_request.max_new_tokens = 900;
-    ASSERT_OK_AND_ASSIGN(auto first, (*engine)->Submit(long_request));
-    StreamEvent e;
-    ASSERT_EQ(first->Next(&e, 60s), sched::RequestStream::NextResult::kEvent);
-    RequestOptions short_request = long_request;
-    short_request.max_new_tokens = 4;
-    const auto before_second = std::chrono::steady_clock::now();
-    ASSERT_OK_AND_ASSIGN(auto second, (*engine)->Submit(short_request));
-    const auto after_second = std::chrono::steady_clock::now();
-    std::this_thread::sleep_for(5ms);
-    const auto checked_at = std::chrono::steady_clock::now();
-    const bool first_still_running = !first->finished();
-    // The rest of the first stream (its first token was read above, so not Drain, which checks
-    // the indices from 0).
-    sched::FinishInfo first_finish;
-    const auto give_up = std::chrono::steady_clock::now() + 60s;
-    while (std::chrono::steady_clock::now() < give_up) {
-      const auto r = first->Next(&e, 100ms);
-      if (r == sched::RequestStream::NextResult::kEnded) break;
-      if (r == sched::RequestStream::NextResult::kEvent && e.kind == StreamEvent::Kind::kFinished) {
-        first_finish = e.finish;
-      }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool frozen = false;
+  std::optional<sched::FinishInfo> first_finish;
+  RequestOptions long_request;
+  long_request.prompt = testing::Random(6).Tokens(40, 256);
+  long_request.max_new_tokens = 200;
+  ASSERT_OK_AND_ASSIGN(auto first, (*engine)->Submit(long_request));
+  ASSERT_OK(first->SetCallback([&](const StreamEvent& ev) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (ev.kind == StreamEvent::Kind::kFinished) {
+      first_finish = ev.finish;
+    } else if (!frozen) {
+      std::ofstream(stall_file).put('x');  // the step thread stops after this step
+      frozen = true;
     }
-    const Outcome b = Drain(*second);
-    const auto second_done = std::chrono::steady_clock::now();
-    ASSERT_EQ(first_finish.reason, FinishReason::kLength);
-    ASSERT_EQ(b.finish.reason, FinishReason::kLength);
-    if (!first_still_running) continue;
-    EXPECT_GE(first_finish.queue_seconds, 0.0);
-    EXPECT_GE(b.finish.queue_seconds,
-              std::chrono::duration<double>(checked_at - after_second).count());
-    EXPECT_LE(b.finish.queue_seconds,
-              std::chrono::duration<double>(second_done - before_second).count());
-    checked = true;
+    cv.notify_all();
+  }));
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return frozen; })) << "no first token";
   }
-  EXPECT_TRUE(checked) << "the first request always ended within 5 ms of the second's arrival";
+  RequestOptions short_request = long_request;
+  short_request.max_new_tokens = 4;
+  const auto before_second = std::chrono::steady_clock::now();
+  ASSERT_OK_AND_ASSIGN(auto second, (*engine)->Submit(short_request));
+  const auto after_second = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(50ms);
+  const auto checked_at = std::chrono::steady_clock::now();
+  EXPECT_FALSE(first->finished()) << "the engine took steps while frozen";
+  std::filesystem::remove(stall_file);
+
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return first_finish.has_value(); }));
+  }
+  const Outcome b = Drain(*second);
+  const auto second_done = std::chrono::steady_clock::now();
+  ASSERT_EQ(first_finish->reason, FinishReason::kLength);
+  ASSERT_EQ(b.finish.reason, FinishReason::kLength);
+  EXPECT_GE(first_finish->queue_seconds, 0.0);
+  EXPECT_GE(b.finish.queue_seconds,
+            std::chrono::duration<double>(checked_at - after_second).count());
+  EXPECT_LE(b.finish.queue_seconds,
+            std::chrono::duration<double>(second_done - before_second).count());
 }
 
 TEST_F(EngineTest, RequestsThatNeverRanHaveNoQueueTime) {
