@@ -908,6 +908,20 @@ struct Context {
   const int32_t* q_pos = nullptr;
 };
 
+// A sequence-first task: sequence `seq`, KV heads [h0, h1).
+struct SequenceHeads {
+  int32_t seq, h0, h1;
+};
+SequenceHeads SequenceTaskHeads(const Context& ctx, int64_t task) {
+  if (ctx.head_major) {
+    const int32_t h0 = static_cast<int32_t>(task / ctx.num_seqs);
+    return {static_cast<int32_t>(task % ctx.num_seqs), h0, h0 + 1};
+  }
+  const int32_t h0 = static_cast<int32_t>(task % ctx.head_blocks) * ctx.heads_per_task;
+  return {static_cast<int32_t>(task / ctx.head_blocks), h0,
+          std::min(h0 + ctx.heads_per_task, ctx.kv.num_kv_heads)};
+}
+
 int32_t BlocksOf(int64_t rows) {
   return static_cast<int32_t>((rows + kBlockRows - 1) / kBlockRows);
 }
@@ -1055,16 +1069,7 @@ struct SequenceTask {
       return u;
     };
     for (int64_t task = begin; task < end; ++task) {
-      int32_t seq, h0, h1;
-      if (ctx.head_major) {
-        seq = static_cast<int32_t>(task % ctx.num_seqs);
-        h0 = static_cast<int32_t>(task / ctx.num_seqs);
-        h1 = h0 + 1;
-      } else {
-        seq = static_cast<int32_t>(task / ctx.head_blocks);
-        h0 = static_cast<int32_t>(task % ctx.head_blocks) * ctx.heads_per_task;
-        h1 = std::min(h0 + ctx.heads_per_task, kv.num_kv_heads);
-      }
+      const auto [seq, h0, h1] = SequenceTaskHeads(ctx, task);
       for (int32_t h = h0; h < h1; ++h) {
         for (int p = 0; p < passes; ++p) {
           const SeqUnit u = unit(seq, h0, h, p);
@@ -1122,9 +1127,7 @@ struct SequenceBlockTask {
             ? PartialSource{}
             : PartialSource{ctx.plan, ctx.ws->o_part, ctx.ws->m_part, ctx.ws->l_part};
     for (int64_t task = begin; task < end; ++task) {
-      const int32_t seq = static_cast<int32_t>(task / ctx.head_blocks);
-      const int32_t h0 = static_cast<int32_t>(task % ctx.head_blocks) * ctx.heads_per_task;
-      const int32_t h1 = std::min(h0 + ctx.heads_per_task, ctx.kv.num_kv_heads);
+      const auto [seq, h0, h1] = SequenceTaskHeads(ctx, task);
       const ChunkRange chunks{ctx.chunk_slot, ctx.chunk_len, ctx.chunk_indptr[seq],
                               ctx.chunk_indptr[seq + 1]};
       AttendBlock<kDt, kD, false>(ctx.kv, h0, h1, chunks, ctx.q,
@@ -1186,9 +1189,7 @@ void MergeTask(void* ctx_ptr, int64_t begin, int64_t end, int32_t /*thread_index
   const int passes = (ctx.group + kMaxRowsPerPass - 1) / kMaxRowsPerPass;
   const PartialSource partials{ctx.plan, ctx.ws->o_part, ctx.ws->m_part, ctx.ws->l_part};
   for (int64_t task = begin; task < end; ++task) {
-    const int32_t seq = static_cast<int32_t>(task / ctx.head_blocks);
-    const int32_t h0 = static_cast<int32_t>(task % ctx.head_blocks) * ctx.heads_per_task;
-    const int32_t h1 = std::min(h0 + ctx.heads_per_task, ctx.kv.num_kv_heads);
+    const auto [seq, h0, h1] = SequenceTaskHeads(ctx, task);
     for (int32_t h = h0; h < h1; ++h) {
       for (int p = 0; p < passes; ++p) {
         SeqUnit u{};
