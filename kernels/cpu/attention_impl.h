@@ -1,6 +1,6 @@
 // Internal: the CPU attention kernels, written once against the 8-lane vector interface of
-// simd_avx512.h / simd_avx2.h / simd_scalar.h (F8; the AVX-512 build's GEMM-shaped tiles also use
-// its 16-lane WideOps) and compiled once per ISA.
+// simd_avx512.h / simd_avx2.h / simd_scalar.h (F8; in the AVX-512 build the hot loops use its
+// 16-lane WideOps, see TileOps) and compiled once per ISA.
 //
 // NO INCLUDE GUARD, on purpose. attention_avx512.cc, attention_avx2.cc and attention_scalar.cc each
 // define CHUNKSERVE_CPU_ISA (the namespace: avx512, avx2 or scalar), include their simd header and
@@ -209,11 +209,12 @@ BlockHead CarveBlockHead(void* base, int d, int c, int rows, int index) {
   return h;
 }
 
-// The register tiles below are written against an operations struct (V, kLanes, Zero, Load,
-// Store, Broadcast, Mul, Fma, LoadF16, LoadBF16, Fold8: the sum of a vector's 8-lane halves, and
-// the softmax's Set1, Add, Sub, Max, Exp2, SelectGe, ReplaceNegInf):
-// NarrowOps over the 8-lane F8 every ISA has, or the ISA's WideOps
-// (simd_avx512.h: 16 lanes). TileOps is the widest; the 8-lane tiles take what is left over.
+// The hot loops below (register tiles, the block softmax, the streaming dot products and P V) are
+// written against an operations struct: V, kLanes, Zero, Load, Store, Broadcast, Mul, Fma,
+// LoadF16, LoadBF16, Fold8 (the sum of a vector's 8-lane halves), and the softmax's Set1, Add,
+// Sub, Max, Exp2, SelectGe, ReplaceNegInf. NarrowOps is the 8-lane F8 every ISA has; an ISA with
+// wider vectors adds WideOps (simd_avx512.h: 16 lanes). TileOps is the widest; 8-lane code takes
+// what is left over.
 struct NarrowOps {
   using V = F8;
   static constexpr int kLanes = 8;
