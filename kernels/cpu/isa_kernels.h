@@ -25,7 +25,7 @@ inline constexpr int32_t kStreamRows = 4;
 // TPP's sequence-first phase runs a GQA group of at least this many query heads per KV head (and
 // at most kBlockRows) through the GEMM-shaped block tiles instead of streaming units: the
 // streaming kernel's per-token reductions and accumulator traffic make it compute-bound there
-// (kernels/README.md, "GQA").
+// (kernels/README.md, "TPP decode").
 inline constexpr int32_t kBlockGroupMin = 4;
 inline bool SequenceUsesBlocks(int32_t group) {
   return group >= kBlockGroupMin && group <= kBlockRows;
