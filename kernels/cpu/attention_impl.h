@@ -11,7 +11,7 @@
 // Three building blocks:
 //  * AttendBlock: up to kBlockRows query rows x a list of chunks, GEMM-shaped (compute-bound). Q^T
 //    is packed once (scaled by sm_scale * log2 e); per chunk S^T = K Q^T in token x row register
-//    tiles (vectorized over rows; 6 x 16 with AVX2, 12 x 32 or 6 x 64 with AVX-512), an online
+//    tiles (vectorized over rows; 6 x 16 with AVX2, 8 x 32 or 6 x 64 with AVX-512), an online
 //    softmax vectorized over rows, and O += P V in row x dim tiles (6 x 16, 8 x 32); the next K/V
 //    are prefetched a few lines per tile. Chunk-first (phase 1) and prefill (with a causal mask)
 //    use it.
@@ -240,12 +240,14 @@ struct NarrowOps {
 
 // Tile shapes. S^T tiles: kQkTokens tokens x 2 vectors of rows; P V tiles: kPvRows rows x kPvVecs
 // vectors of head dims. With 16 registers (AVX2) 6 x 2 and 6 x 2: 12 accumulators. With 32
-// (AVX-512) S^T 12 x 2 (24 accumulators; a full 64-row block takes 6 x 4, 10 loads per 24 FMAs
-// instead of 14) and P V 8 x 2: 32 rows in four tiles without an edge tile, V read by 4 row tiles
-// instead of 6 (measured, one thread, n_p = n_s = 2048: 8 x 2 5.5 ms, 6 x 4 5.7, 8 x 3 5.7).
+// (AVX-512) S^T 8 x 2: a 64-token chunk in eight tiles without an edge tile (12 x 2, 24
+// accumulators, left a 4-token one: 5.53-5.59 against 5.41-5.50 ms); a full 64-row block takes
+// 6 x 4, 10 loads per 24 FMAs instead of 14. P V 8 x 2: 32 rows in four tiles without an edge
+// tile, V read by 4 row tiles instead of 6 (8 x 2 5.5 ms, 6 x 4 5.7, 8 x 3 5.7). All measured on
+// one thread, n_p = n_s = 2048.
 #ifdef CHUNKSERVE_SIMD_HAS_WIDE_OPS
 using TileOps = WideOps;
-constexpr int kQkTokens = 12;
+constexpr int kQkTokens = 8;
 constexpr int kPvRows = 8;
 constexpr int kPvVecs = 2;
 #else
