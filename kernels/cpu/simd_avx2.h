@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/exp2_poly.h"
+
 namespace chunkserve::kernels::cpu::avx2 {
 
 #include "kernels/cpu/simd_ymm.h"  // F8 and its operations

@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/exp2_poly.h"
+
 namespace chunkserve::kernels::cpu::avx512 {
 
 #include "kernels/cpu/simd_ymm.h"  // F8 and its operations
@@ -64,13 +66,8 @@ inline F16 Exp2(F16 x) {
       _mm512_min_ps(_mm512_max_ps(x.v, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
   const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(xc, n);
-  __m512 p = _mm512_set1_ps(1.5403530393381606e-4f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821580e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  __m512 p = _mm512_set1_ps(kExp2Poly[0]);
+  for (int i = 1; i < kExp2PolyTerms; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2Poly[i]));
   const __m512i e =
       _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
   return {_mm512_mul_ps(p, _mm512_castsi512_ps(e))};

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "kernels/cpu/dtype.h"
+#include "kernels/cpu/exp2_poly.h"
 
 namespace chunkserve::kernels::cpu::scalar {
 
@@ -97,13 +98,8 @@ inline F8 Exp2(F8 x) {
     xc = xc > 127.0f ? 127.0f : xc;
     const float n = std::nearbyint(xc);
     const float f = xc - n;
-    float p = 1.5403530393381606e-4f;
-    p = p * f + 1.3333558146428443e-3f;
-    p = p * f + 9.6181291076284772e-3f;
-    p = p * f + 5.5504108664821580e-2f;
-    p = p * f + 2.4022650695910071e-1f;
-    p = p * f + 6.9314718055994531e-1f;
-    p = p * f + 1.0f;
+    float p = kExp2Poly[0];
+    for (int k = 1; k < kExp2PolyTerms; ++k) p = p * f + kExp2Poly[k];
     r.v[i] = p * BitsFloat(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
   }
   return r;

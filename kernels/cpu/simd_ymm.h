@@ -68,21 +68,16 @@ inline F8 ReduceAdd8(const F8* a) {
                         _mm256_permute2f128_ps(h0123, h4567, 0x31))};
 }
 
-// 2^x for x <= 127: x = n + f with n = round(x), f in [-1/2, 1/2]; 2^f by its degree-6 Taylor
-// polynomial in f*ln2 (relative error < 2e-7), 2^n by building the exponent bits. x < -126.5
+// 2^x for x <= 127: x = n + f with n = round(x), f in [-1/2, 1/2]; 2^f by exp2_poly.h's
+// polynomial, 2^n by building the exponent bits. x < -126.5
 // (including -inf) gives 0: n = -127 makes the exponent field 0.
 inline F8 Exp2(F8 x) {
   const __m256 xc =
       _mm256_min_ps(_mm256_max_ps(x.v, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
   const __m256 n = _mm256_round_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(xc, n);
-  __m256 p = _mm256_set1_ps(1.5403530393381606e-4f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076284772e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108664821580e-2f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  __m256 p = _mm256_set1_ps(kExp2Poly[0]);
+  for (int i = 1; i < kExp2PolyTerms; ++i) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2Poly[i]));
   const __m256i e =
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return {_mm256_mul_ps(p, _mm256_castsi256_ps(e))};
