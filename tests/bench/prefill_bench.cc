@@ -17,6 +17,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -313,7 +314,13 @@ int PrefillMain(int argc, char** argv) {
                 "median_ms", "new_tok/s", "GFLOP/s", "effic.", "vs first");
   }
   for (const int64_t prompt : o.prompts) {
-    if (!RunPrompt(o, prompt, pool, peaks)) return 1;
+    try {
+      if (!RunPrompt(o, prompt, pool, peaks)) return 1;
+    } catch (const std::bad_alloc&) {  // --prompts x --batch too large for this machine
+      std::cerr << "prefill: not enough memory for " << prompt << "-token prompts x " << o.batch
+                << "\n";
+      return 1;
+    }
   }
   return 0;
 }
