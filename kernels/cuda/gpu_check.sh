@@ -104,7 +104,7 @@ fi
 # --- build ---------------------------------------------------------------------------------------
 if has_step build; then
   t0=$SECONDS
-  targets=(chunkserve_kernels_cuda_test chunkserve_kernels_cuda_host_test
+  targets=(chunkserve_cuda_device_test chunkserve_kernels_cuda_test chunkserve_kernels_cuda_host_test
            chunkserve_cuda_backend_test chunkserve_cuda_backend_create_test
            chunkserve_parallel_nccl_test chunkserve_parallel_nccl_multigpu_test
            chunkserve-bench chunkserve-make-tiny-model)

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The project's Debian build dependencies, carried to a GPU machine that reaches no package
-# registry (the lent GPU machines have nvcc, CMake, ninja and PyTorch, but none of Cap'n Proto,
-# Asio, glog, GoogleTest, Gloo, OpenBLAS, xxHash or nlohmann-json).
+# registry (the lent GPU machines have nvcc, CMake, ninja and PyTorch, but none of Boost, Cap'n
+# Proto, glog, GoogleTest, Gloo, OpenBLAS, xxHash, nlohmann-json or PCRE2's headers).
 #
 #   kernels/cuda/gpu_deps.sh download [DIR]
 #       On a Debian 12 machine with apt: the .deb files of those packages and of the libraries
 #       they load that a non-Debian host may lack, into DIR/debs (default .gpu-deps, which
-#       .gitignore ignores). About 24 MB.
+#       .gitignore ignores). About 34 MB.
 #   kernels/cuda/gpu_deps.sh unpack [DIR] [PREFIX]
 #       On the GPU machine: `dpkg -x` every .deb into PREFIX (default /tmp/chunkserve-deps), points
 #       the packages' CMake and pkg-config files (which name /usr) at PREFIX/usr, makes the links
@@ -16,7 +16,8 @@
 set -euo pipefail
 
 packages=(
-  libasio-dev capnproto libcapnp-0.9.2 libcapnp-dev libssl-dev libssl3
+  libboost-dev libboost1.74-dev libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0
+  libpcre2-posix3 capnproto libcapnp-0.9.2 libcapnp-dev libssl-dev libssl3
   libgoogle-glog-dev libgoogle-glog0v6 libgflags-dev libgflags2.2 libunwind-dev libunwind8
   liblzma-dev libgtest-dev libgmock-dev
   libgloo-dev libgloo0 libhiredis0.14 libhiredis-dev libibverbs1 libibverbs-dev
