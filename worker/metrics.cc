@@ -45,7 +45,7 @@ void Histogram::Render(const std::string& name, const std::string& help, std::st
 }
 
 std::string WorkerMetrics::Render(const engine::EngineStats& s, bool ready, bool draining,
-                                  int64_t open_connections) const {
+                                  int64_t open_connections, int64_t queued_prefill_tokens) const {
   std::string out;
   auto d = [](auto v) { return static_cast<double>(v); };
   Metric(&out, "chunkserve_requests_total", "counter", "Requests admitted by the engine.",
@@ -75,6 +75,10 @@ std::string WorkerMetrics::Render(const engine::EngineStats& s, bool ready, bool
          "Wire connections refused at the connection limit.", d(connections_refused.load()));
   Metric(&out, "chunkserve_running", "gauge", "Sequences in the running batch.", d(s.running));
   Metric(&out, "chunkserve_queued", "gauge", "Requests submitted, not yet admitted.", d(s.queued));
+  Metric(&out, "chunkserve_queued_prefill_tokens", "gauge",
+         "Prompt tokens the engine will prefill for requests without their first token, a "
+         "shared prefix counted once (the load reports' queuedPrefillTokens).",
+         d(queued_prefill_tokens));
   Metric(&out, "chunkserve_kv_bytes_used", "gauge", "KV bytes in use (shared counted once).",
          d(s.kv_bytes_used));
   Metric(&out, "chunkserve_kv_bytes_referenced", "gauge", "KV bytes referenced by live sequences.",

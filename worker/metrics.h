@@ -43,8 +43,9 @@ struct WorkerMetrics {
   std::atomic<uint64_t> connections_total{0};
   std::atomic<uint64_t> connections_refused{0};  // over the connection limit
 
+  // `queued_prefill_tokens`: what the load reports say (queued_prefill.h).
   std::string Render(const engine::EngineStats& stats, bool ready, bool draining,
-                     int64_t open_connections) const;
+                     int64_t open_connections, int64_t queued_prefill_tokens) const;
 };
 
 }  // namespace chunkserve::worker

@@ -23,6 +23,7 @@
 #include "runtime/wire/listen.h"
 #include "runtime/wire/messages.h"
 #include "worker/metrics.h"
+#include "worker/queued_prefill.h"
 
 namespace chunkserve::worker {
 namespace {
@@ -61,6 +62,9 @@ class Server final : public WorkerServer {
     generation_ =
         static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) | 1;
     CHUNKSERVE_ASSIGN_OR_RETURN(engine_, engine::Engine::Create(options_.engine));
+    queued_prefill_ = std::make_unique<QueuedPrefill>(
+        kv::ChunkHashSeed(engine_->model_fingerprint(), engine_->chunk_size()),
+        engine_->chunk_size());
     engine_->SetKvEventCallback(
         [this](const std::vector<engine::KvEvent>& events) { PublishKvEvents(events); });
     CHUNKSERVE_RETURN_IF_ERROR(InitRouterLinks());
@@ -221,25 +225,25 @@ class Server final : public WorkerServer {
     r.logprobs = m.logprobs;
     const auto received = Clock::now();
     if (m.deadline_ms > 0) r.deadline = received + std::chrono::milliseconds(m.deadline_ms);
-    const size_t raw_prompt_tokens = r.prompt.size();
+    // Its prompt counts as queued prefill until the request's first event (its first token or
+    // its end), less what the engine has cached or will compute once for a request ahead of it
+    // (queued_prefill.h): the load a router needs to predict time to first token here.
+    const uint64_t unserved_key = next_unserved_++;
+    queued_prefill_->Add(unserved_key, r.prompt);
     Result<std::shared_ptr<sched::RequestStream>> stream = engine_->Submit(std::move(r));
     if (!stream.ok()) {
+      queued_prefill_->Remove(unserved_key);
       reject(stream.status());
       return;
     }
     std::shared_ptr<sched::RequestStream> s = std::move(stream).value();
     session.requests[wire_id] = s->id();
-    const uint64_t unserved_key = next_unserved_++;
     {
       std::lock_guard<std::mutex> lock(unserved_mu_);
       unserved_.emplace(unserved_key, received);
     }
     in_flight_.fetch_add(1);
     LoadReportSoon();
-    // Prompt tokens count as queued prefill until the request's first event (its first token
-    // or its end): the load a router needs to predict time to first token here.
-    const auto prompt_tokens = static_cast<int64_t>(raw_prompt_tokens);
-    queued_prefill_tokens_.fetch_add(prompt_tokens);
     auto prefill_pending = std::make_shared<std::atomic<bool>>(true);
     auto ttft_s = std::make_shared<double>(0.0);  // step thread only
     std::weak_ptr<wire::Connection> weak = session.connection;
@@ -248,11 +252,11 @@ class Server final : public WorkerServer {
     sched::RequestStream* raw = s.get();
     // Runs on the engine's step thread: encode and queue (thread-safe, non-blocking).
     Status set = s->SetCallback(
-        [this, weak, wire_id, received, last, raw, connection_id, prompt_tokens,
-         prefill_pending, ttft_s, unserved_key](const sched::StreamEvent& e) {
+        [this, weak, wire_id, received, last, raw, connection_id, prefill_pending, ttft_s,
+         unserved_key](const sched::StreamEvent& e) {
           const auto now = Clock::now();
           if (prefill_pending->exchange(false)) {
-            queued_prefill_tokens_.fetch_sub(prompt_tokens);
+            queued_prefill_->Remove(unserved_key);
             std::lock_guard<std::mutex> lock(unserved_mu_);
             unserved_.erase(unserved_key);
           }
@@ -287,7 +291,10 @@ class Server final : public WorkerServer {
           }
           asio::post(io_, [this, connection_id, wire_id] { OnFinished(connection_id, wire_id); });
         });
-    if (!set.ok()) LOG(ERROR) << "stream callback: " << set;
+    if (!set.ok()) {
+      LOG(ERROR) << "stream callback: " << set;
+      queued_prefill_->Remove(unserved_key);
+    }
   }
 
   void OnFinished(uint64_t connection_id, uint64_t wire_id) {
@@ -545,7 +552,7 @@ class Server final : public WorkerServer {
     auto r = builder.initRoot<Envelope>().initLoadReport();
     r.setGeneration(generation_);
     r.setQueuedPrefillTokens(
-        static_cast<uint64_t>(std::max<int64_t>(0, queued_prefill_tokens_.load())));
+        static_cast<uint64_t>(std::max<int64_t>(0, queued_prefill_->tokens())));
     r.setRunningSequences(s.running);
     r.setQueuedRequests(s.queued);
     // Whole free engine slots (chunks), in tokens.
@@ -584,6 +591,13 @@ class Server final : public WorkerServer {
 
   // Step thread. Holding kv_mu_ orders these batches with snapshots taken by Subscribe.
   void PublishKvEvents(const std::vector<engine::KvEvent>& events) {
+    for (const auto& e : events) {
+      if (e.kind == engine::KvEvent::Kind::kStored) {
+        queued_prefill_->Stored(e.hash);
+      } else {
+        queued_prefill_->Evicted(e.hash);
+      }
+    }
     std::lock_guard<std::mutex> lock(kv_mu_);
     for (auto& [id, sub] : kv_subscribers_) {
       std::vector<const engine::KvEvent*> fresh;
@@ -644,7 +658,7 @@ class Server final : public WorkerServer {
     if (path == "/metrics") {
       return {200, "text/plain; version=0.0.4",
               metrics_.Render(engine_->Stats(), Ready(), draining_,
-                              static_cast<int64_t>(sessions_.size())),
+                              static_cast<int64_t>(sessions_.size()), queued_prefill_->tokens()),
               {}};
     }
     return {404, "text/plain", "not found\n", {}};
@@ -724,7 +738,7 @@ class Server final : public WorkerServer {
   std::mutex prefill_mu_;
   std::array<double, kPrefillSamples> prefill_samples_{};  // guarded by prefill_mu_
   size_t prefill_next_ = 0;                                 // guarded by prefill_mu_
-  std::atomic<int64_t> queued_prefill_tokens_{0};
+  std::unique_ptr<QueuedPrefill> queued_prefill_;  // set in Init, before any request
 };
 
 }  // namespace

@@ -45,7 +45,9 @@ struct Request {
   int32_t decoded = 0;
   double first_token = -1;
   int64_t step_prefill = 0;      // tokens prefilled in the current step
-  int64_t enqueue_uncached = 0;  // uncached prompt tokens as matched when it joined the queue
+  // Prompt tokens this request adds to the worker's prefill when it joins the queue: its chain
+  // chunks neither cached, nor being prefilled, nor in the chain of a request queued before it.
+  int64_t enqueue_uncached = 0;
 };
 
 struct CacheEntry {
@@ -59,6 +61,9 @@ struct Worker {
   int64_t used_chunks = 0;  // cached hashes (pinned + retained) + reserved + private chunks
   std::deque<Request*> waiting;
   std::unordered_map<uint64_t, int32_t> inflight;  // chunks being prefilled -> requests
+  // Chain chunks of the requests in `waiting` -> how many of them: a request joining the queue
+  // behind one that will prefill the same prefix counts only what it adds (QueuedChunks).
+  std::unordered_map<uint64_t, int32_t> queued;
   int64_t waiting_uncached = 0;                    // sum of enqueue_uncached over `waiting`
   std::vector<Request*> running;                   // admission order
   bool busy = false;
@@ -108,6 +113,7 @@ class Simulation {
   // --- the worker model (worker_model.cc) ---
   // Leading chunks of r's chain that w holds (pinned or retained).
   int32_t MatchChunks(const Worker& w, const Request& r) const;
+  int64_t EnqueueUncached(const Worker& w, const Request& r) const;
   // Numbers one KV event and adds it to w's batch of the current step.
   void Emit(Worker& w, bool stored, uint64_t hash, uint64_t parent);
   void Admit(Worker& w);

@@ -187,10 +187,9 @@ Status Simulation::Arrive() {
   Worker& w = workers_[static_cast<size_t>(r->worker)];
   ++w.stats.requests;
   w.stats.prompt_tokens += static_cast<uint64_t>(r->prompt_tokens);
-  r->enqueue_uncached =
-      r->prompt_tokens -
-      std::min<int64_t>(int64_t{MatchChunks(w, *r)} * o_.chunk_size, r->prompt_tokens - 1);
+  r->enqueue_uncached = EnqueueUncached(w, *r);
   w.waiting_uncached += r->enqueue_uncached;
+  for (uint64_t h : r->chain) ++w.queued[h];
   w.waiting.push_back(r.get());
   w.stats.max_queue = std::max<int64_t>(w.stats.max_queue, static_cast<int64_t>(w.waiting.size()));
   prompt_tokens_ += static_cast<uint64_t>(r->prompt_tokens);

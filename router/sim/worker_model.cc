@@ -30,6 +30,18 @@ void Simulation::Emit(Worker& w, bool stored, uint64_t hash, uint64_t parent) {
   }
 }
 
+// The worker counts a prefix once however many queued requests wait for it, as the engine
+// computes it once (admission deferral below): a chain chunk cached, being prefilled, or in the
+// chain of a request queued earlier is not this request's prefill.
+int64_t Simulation::EnqueueUncached(const Worker& w, const Request& r) const {
+  int64_t k = 0;
+  for (uint64_t h : r.chain) {
+    if (!w.cache.count(h) && !w.inflight.count(h) && !w.queued.count(h)) break;
+    ++k;
+  }
+  return r.prompt_tokens - std::min<int64_t>(k * o_.chunk_size, r.prompt_tokens - 1);
+}
+
 // Admits waiting requests FIFO while they fit (batch slots and KV chunks). Like the engine's
 // scheduler, a request whose next uncached chunk is being prefilled by a running request is
 // deferred (the requests behind it may pass, up to kMaxDeferred of them are looked at) until
@@ -75,6 +87,9 @@ void Simulation::Admit(Worker& w) {
     r.prefill_remaining = r.prompt_tokens - r.cached_tokens;
     w.running.push_back(&r);
     w.waiting_uncached -= r.enqueue_uncached;
+    for (uint64_t h : r.chain) {
+      if (auto q = w.queued.find(h); q != w.queued.end() && --q->second == 0) w.queued.erase(q);
+    }
     w.waiting.erase(w.waiting.begin() + static_cast<ptrdiff_t>(at));
   }
 }
@@ -214,7 +229,9 @@ void Simulation::ReportLoad(int32_t wi) {
     if (i > 0 && chunks > kExactChunks) break;
     const int64_t cached =
         std::min<int64_t>(int64_t{MatchChunks(w, *r)} * o_.chunk_size, r->prompt_tokens - 1);
-    waiting += (r->prompt_tokens - cached) - r->enqueue_uncached;
+    // Chunks stored since it joined lower the estimate; never raise it (what it shares with a
+    // request ahead of it is that request's prefill).
+    waiting += std::min<int64_t>(0, (r->prompt_tokens - cached) - r->enqueue_uncached);
   }
   load.queued_prefill_tokens += static_cast<uint64_t>(std::max<int64_t>(0, waiting));
   load.running_sequences = static_cast<int32_t>(w.running.size());

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -420,6 +422,61 @@ TEST(WorkerTest, HttpProbesAndMetrics) {
         "chunkserve_e2e_seconds_bucket{le=\"+Inf\"} 1", "chunkserve_queue_seconds_sum"}) {
     EXPECT_NE(metrics.body.find(name), std::string::npos) << name;
   }
+}
+
+// What the load reports (and this gauge) say a worker will prefill: a prefix cached, or in the
+// prompt of a request queued ahead, is not counted again. The engine is frozen by its test hook
+// while the requests wait, so nothing is admitted or computed meanwhile.
+TEST(WorkerTest, QueuedPrefillCountsASharedPrefixOnce) {
+  const std::string stall =
+      ::testing::TempDir() + "/queued_prefill_stall_" + std::to_string(::getpid());
+  std::remove(stall.c_str());
+  ::setenv("CHUNKSERVE_TEST_STALL_FILE", stall.c_str(), 1);  // inherited by the child only
+  auto started = WorkerProcess::Start(kArgs);
+  ::unsetenv("CHUNKSERVE_TEST_STALL_FILE");
+  ASSERT_OK_AND_ASSIGN(auto worker, std::move(started));
+  ASSERT_OK_AND_ASSIGN(auto client, worker->Connect());
+  auto gauge = [&]() -> int64_t {
+    auto m = HttpGet(worker->http_port(), "/metrics");
+    if (!m.ok()) return -1;
+    const std::string name = "\nchunkserve_queued_prefill_tokens ";
+    const size_t at = m->body.find(name);
+    return at == std::string::npos ? -1 : std::stoll(m->body.substr(at + name.size()));
+  };
+  auto with_tail = [](std::vector<uint32_t> head, int n, int salt) {
+    for (uint32_t t : Prompt(n, salt)) head.push_back(t);
+    return head;
+  };
+  const std::vector<uint32_t> shared = Prompt(256, 3);  // 4 chunks of 64
+  // Served first: the shared prefix is then cached (retained after the request ends).
+  ASSERT_OK(SendGenerate(*client, 1, with_tail(shared, 5, 11), 2));
+  ASSERT_TRUE(ReceiveUntilEnd(*client, 1).finished);
+  EXPECT_EQ(gauge(), 0);
+
+  { std::ofstream(stall) << "stall\n"; }
+  const std::vector<uint32_t> cold = Prompt(300, 21);  // 4 chunks + 44 tokens, nobody has them
+  std::vector<std::unique_ptr<WireClient>> clients;  // one each: ReceiveUntilEnd reads one stream
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto c, worker->Connect());
+    clients.push_back(std::move(c));
+  }
+  ASSERT_OK(SendGenerate(*clients[0], 2, with_tail(shared, 10, 12), 2));  // 10: prefix cached
+  ASSERT_OK(SendGenerate(*clients[1], 3, cold, 2));                        // 300
+  ASSERT_OK(SendGenerate(*clients[2], 4,
+                         with_tail({cold.begin(), cold.begin() + 256}, 20, 13), 2));  // 20
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  int64_t queued = gauge();
+  while (queued != 330 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+    queued = gauge();
+  }
+  EXPECT_EQ(queued, 330);  // counting every prompt token would say 266 + 300 + 276 = 842
+
+  std::remove(stall.c_str());
+  for (uint64_t id : {2, 3, 4}) {
+    EXPECT_TRUE(ReceiveUntilEnd(*clients[id - 2], id).finished) << id;
+  }
+  EXPECT_EQ(gauge(), 0);
 }
 
 TEST(WorkerTest, SilentConnectionsHitTheHandshakeDeadline) {
