@@ -51,6 +51,8 @@ Status ValidateOptions(const PolicyOptions& o) {
   }
   if (!(o.load_cap > 0)) return bad("load_cap must be > 0");
   if (!(o.spill_factor >= 1)) return bad("spill_factor must be >= 1");
+  if (!(o.spill_factor_saturated >= 0)) return bad("spill_factor_saturated must be >= 0");
+  if (!(o.holders_busy_fraction >= 0)) return bad("holders_busy_fraction must be >= 0");
   if (o.max_holders_per_prefix < 0) return bad("max_holders_per_prefix must be >= 0");
   if (!(o.max_holder_fraction > 0 && o.max_holder_fraction <= 1)) {
     return bad("max_holder_fraction must be in (0, 1]");

@@ -356,6 +356,15 @@ struct PolicyOptions {
   double spill_factor = 1.5;
   // The spill factor when the prefix has a single holder (max with spill_factor).
   double spill_factor_single_holder = 2.0;
+  // The spill factor when the holders are short of slots and the non-holder has a free one
+  // (min with the factors above; 0 = off): the best holder's batch is full (running + queued >=
+  // max_batch_size: this request would wait for a slot), or the prefix has several holders whose
+  // batches together are more than holders_busy_fraction full. The holders then serve less than
+  // the prefix's demand, which every later request of it pays, while a spill's prefill is paid
+  // once and adds a holder. Otherwise requests wait behind the prefix's own prefill, and moving
+  // them buys nothing: a second copy of a 100k-token document takes as long as the first.
+  double spill_factor_saturated = 0.5;
+  double holders_busy_fraction = 0.5;
   int32_t max_holders_per_prefix = 0;
   double max_holder_fraction = 1.0;
   // Savings that are similar do not decide: a worker is a holder only when its cached tokens are

@@ -112,9 +112,34 @@ class TtftPolicy final : public Policy {
                                                       static_cast<double>(cands_.size()))));
       // Moving a prefix only one worker holds (a conversation) costs its whole recompute and
       // gains no second copy for others: a larger factor then.
-      const double factor =
+      double factor =
           holders == 1 ? std::max(options_.spill_factor, options_.spill_factor_single_holder)
                        : options_.spill_factor;
+      // Holders short of slots: the best holder's batch is full (this request queues for a
+      // slot), or, for a prefix several workers hold, their batches together are at least
+      // holders_busy_fraction full (a new holder's batch has room while it prefills the prefix,
+      // yet the prefix's demand already fills the others). Every later request of the prefix
+      // will queue too, while a spill's prefill is paid once and adds a holder: a smaller factor
+      // then, where the non-holder has a free slot (else the new holder would queue as well).
+      auto batch_full = [](const Cand& c) {
+        return RequestLoad(c.w->load) + 1 > std::max(1, c.w->info.max_batch_size);
+      };
+      bool short_of_slots = batch_full(*holder);
+      if (!short_of_slots && holders >= 2 && options_.holders_busy_fraction > 0) {
+        int64_t load = 1;
+        int64_t slots = 0;
+        for (const Cand& c : cands_) {
+          if (!is_holder(c)) continue;
+          load += RequestLoad(c.w->load);
+          slots += std::max(1, c.w->info.max_batch_size);
+        }
+        short_of_slots = static_cast<double>(load) >
+                         options_.holders_busy_fraction * static_cast<double>(slots);
+      }
+      if (options_.spill_factor_saturated > 0 && other != nullptr && short_of_slots &&
+          !batch_full(*other)) {
+        factor = std::min(factor, options_.spill_factor_saturated);
+      }
       if (other != nullptr && holder->ttft > factor * other->ttft && holders < cap) {
         return decide(other, DecisionReason::kSpill);
       }

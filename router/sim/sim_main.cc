@@ -8,7 +8,8 @@
 //                  [--limit N]
 //                  [--seed S] [--kv-chunks C] [--batch B] [--prefill-rate TOK_PER_S]
 //                  [--kv-delay S] [--report-interval S] [--suffix MIN,MAX] [--output MIN,MAX]
-//                  [--spill-factor F] [--max-holders N] [--load-cap C] [--placement-slack S]
+//                  [--spill-factor F] [--spill-factor-saturated F] [--holders-busy F]
+//                  [--max-holders N] [--load-cap C] [--placement-slack S]
 //                  [--json] [--json-out FILE] [--log FILE.jsonl] [--plot DIR]
 //
 // Each policy runs on the same workload (same seed). --control adds a second run of every policy
@@ -47,7 +48,8 @@ constexpr const char* kUsage =
     "                      [--offset N] [--limit N] [--seed S]\n"
     "                      [--kv-chunks C] [--batch B] [--prefill-rate TOK/S] [--kv-delay S]\n"
     "                      [--report-interval S] [--suffix MIN,MAX] [--output MIN,MAX]\n"
-    "                      [--spill-factor F] [--max-holders N] [--load-cap C]\n"
+    "                      [--spill-factor F] [--spill-factor-saturated F] [--holders-busy F]\n"
+    "                      [--max-holders N] [--load-cap C]\n"
     "                      [--placement-slack S] [--similar-fraction F] [--index-depth N]\n"
     "                      [--json] [--json-out FILE] [--log FILE.jsonl] [--per-worker]\n"
     "                      [--plot DIR]\n"
@@ -141,6 +143,11 @@ Result<Flags> Parse(int argc, char** argv) {
       } else if (a == "--prefix-range") {
         CHUNKSERVE_RETURN_IF_ERROR(
             ParseRange(v, &f.workload.min_prefix_tokens, &f.workload.max_prefix_tokens));
+      } else if (a == "--holders-busy") {
+        CHUNKSERVE_RETURN_IF_ERROR(ParseDouble(v, &f.sim.router.policy.holders_busy_fraction));
+      } else if (a == "--spill-factor-saturated") {
+        CHUNKSERVE_RETURN_IF_ERROR(
+            ParseDouble(v, &f.sim.router.policy.spill_factor_saturated));
       } else if (a == "--spill-factor-single") {
         CHUNKSERVE_RETURN_IF_ERROR(
             ParseDouble(v, &f.sim.router.policy.spill_factor_single_holder));

@@ -300,6 +300,63 @@ TEST_F(RouterCoreTest, ASingleHolderNeedsALargerGapToSpill) {
   EXPECT_GE(d2.worker.value(), 2u);
 }
 
+// The same wait at the holder means different things: behind a prefill queue the request only
+// waits its turn, behind a full batch the holders are short of slots for the prefix's demand and
+// every later request will queue too. A spill then pays once for another holder, even a little
+// ahead of the holder's own TTFT, but only to a worker with a free slot.
+TEST_F(RouterCoreTest, AFullBatchSpillsSoonerThanAPrefillQueue) {
+  const RoutingRequest r = Req(Prompt(9, 2048, 64, 0));
+  auto route = [&](const WorkerLoad& holder, const WorkerLoad& others, PolicyOptions p) {
+    auto core = Make(PolicyKind::kTtft, 4, p);
+    EXPECT_OK(core->ApplyKvEvents(WorkerId(0), SnapshotOf(r.chunk_hashes, 32)).status());
+    for (uint32_t w = 0; w < 4; ++w) {
+      EXPECT_OK(core->UpdateLoad(WorkerId(w), w == 0 ? holder : others));
+    }
+    auto d = core->Route(RequestId(1), r, milliseconds(0));
+    EXPECT_OK(d.status());
+    return d.ok() ? d->reason : DecisionReason::kLoadOnly;
+  };
+  WorkerLoad idle;
+  idle.prefill_tokens_per_s = 8000;
+  idle.decode_tokens_per_s = 1000;
+  // A cold worker: 2112 tokens of prefill, 0.264 s.
+  WorkerLoad queue = idle;  // 2000 tokens queued: 0.258 s
+  queue.queued_prefill_tokens = 2000;
+  queue.running_sequences = 4;
+  WorkerLoad full = idle;  // 32 running of 32: a slot in ~0.128 s, 0.168 s in all
+  full.running_sequences = 32;
+  EXPECT_EQ(route(queue, idle, {}), DecisionReason::kCacheHit);
+  EXPECT_EQ(route(full, idle, {}), DecisionReason::kSpill);
+  // Every other batch full too: a second holder would queue as well.
+  EXPECT_EQ(route(full, full, {}), DecisionReason::kCacheHit);
+  PolicyOptions off;
+  off.spill_factor_saturated = 0;
+  EXPECT_EQ(route(full, idle, off), DecisionReason::kCacheHit);
+
+  // Two holders: worker 1 has just taken the prefix (its prefill is queued, its batch has
+  // room), worker 0's batch is full. Together they are short of slots: spill. With worker 0
+  // not busy, worker 1 keeps it.
+  auto route2 = [&](const WorkerLoad& first) {
+    auto core = Make(PolicyKind::kTtft, 4);
+    for (uint32_t w : {0u, 1u}) {
+      EXPECT_OK(core->ApplyKvEvents(WorkerId(w), SnapshotOf(r.chunk_hashes, 32)).status());
+    }
+    for (uint32_t w = 0; w < 4; ++w) {
+      EXPECT_OK(core->UpdateLoad(WorkerId(w), w == 0 ? first : w == 1 ? queue : idle));
+    }
+    auto d = core->Route(RequestId(1), r, milliseconds(0));
+    EXPECT_OK(d.status());
+    return d.ok() ? std::make_pair(d->worker, d->reason)
+                  : std::make_pair(WorkerId::Invalid(), DecisionReason::kLoadOnly);
+  };
+  WorkerLoad worker0_full = full;
+  worker0_full.queued_prefill_tokens = 8000;  // so that worker 1 is the best holder
+  EXPECT_EQ(route2(worker0_full).second, DecisionReason::kSpill);
+  WorkerLoad worker0_busy = queue;
+  worker0_busy.queued_prefill_tokens = 8000;
+  EXPECT_EQ(route2(worker0_busy), std::make_pair(WorkerId(1), DecisionReason::kCacheHit));
+}
+
 TEST_F(RouterCoreTest, DefaultSpillIsLoadDrivenWithoutAHolderCount) {
   // 8 workers. Worker 0 holds the prefix and is slow: the first request spills (second holder);
   // once both holders are slow, a third one (no count cap by default: load decides).
