@@ -9,7 +9,7 @@ namespace chunkserve::bench {
 BenchLayout BuildBenchLayout(int32_t batch, int32_t chunk, int64_t np, int64_t ns) {
   BenchLayout l;
   l.num_seqs = batch;
-  const bool share = batch >= 2;  // one sequence shares nothing: its prefix is private
+  const bool share = batch >= 2;  // a lone sequence has nobody to share with: all private
   const int64_t shared = share ? ns : 0;
   const int64_t priv = np - shared;
   const int32_t shared_chunks = static_cast<int32_t>((shared + chunk - 1) / chunk);

@@ -22,8 +22,8 @@ struct BenchLayout : kernels::TppPlanArrays {
   kernels::TppPlanView Plan() const { return View(); }
 };
 
-// Slots are handed out in a shuffled order, as a free list does after some churn. One sequence
-// shares nothing (its prefix is private).
+// Slots are handed out in a shuffled order, as a free list does after some churn. Every sequence
+// shares the prefix; a batch of one has nobody to share with, so its prefix is private.
 BenchLayout BuildBenchLayout(int32_t batch, int32_t chunk, int64_t np, int64_t ns);
 
 }  // namespace chunkserve::bench
