@@ -18,7 +18,6 @@
 #include <queue>
 #include <string>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include "router/routing.h"
@@ -71,11 +70,7 @@ struct Worker {
   double busy_time = 0;
   double work_s = 0;       // prefill + decode compute seconds (step overhead excluded)
   double occupancy_s = 0;  // integral of running / max_batch_size over step time
-  // Decode tokens per second over the last ~2 s of steps, as the engine measures it
-  // (EngineStats::decode_tokens_per_s): (step end time, decode tokens so far) per step.
-  std::deque<std::pair<double, uint64_t>> decode_window;
-  uint64_t decoded = 0;
-  double decode_rate = 0;
+  double last_decode_rate = 0;
   uint64_t sequence = 0;
   KvEventBatch pending;  // events of the current step
   SimWorkerStats stats;

@@ -23,8 +23,7 @@
 //                + decoding requests * decode_s_per_seq.
 //    A request's first token comes at the end of the step that finishes its prefill (TTFT), its
 //    last after output_tokens - 1 more decode steps.
-//  - Load reports reach the router every load_report_interval_s (measured rates included; the
-//    decode rate over the steps of the last ~2 s, as the engine measures it). Their
+//  - Load reports reach the router every load_report_interval_s (measured rates included). Their
 //    queued prefill is the running requests' remaining prefill plus, per waiting request, the
 //    prompt tokens past the leading chunks that were cached, being prefilled or in the chain of
 //    a request queued ahead of it when it joined (as worker/queued_prefill.h counts them);

@@ -113,17 +113,7 @@ Status Simulation::StartStep(uint32_t wi) {
   const double dt = o_.worker.step_overhead_s +
                     static_cast<double>(prefilled) / o_.worker.prefill_tokens_per_s +
                     static_cast<double>(decoding) * o_.worker.decode_s_per_seq;
-  // The engine's rate window: decode tokens over the steps ending in the last ~2 s (at least
-  // the last two samples). A single prefill-heavy step's rate (one decode among 2,048 prefill
-  // tokens) would make a busy worker's slot wait look minutes long.
-  w.decoded += static_cast<uint64_t>(decoding);
-  w.decode_window.emplace_back(now_ + dt, w.decoded);
-  while (w.decode_window.size() > 2 && now_ + dt - w.decode_window.front().first > 2.0) {
-    w.decode_window.pop_front();
-  }
-  if (const double span = now_ + dt - w.decode_window.front().first; span > 0) {
-    w.decode_rate = static_cast<double>(w.decoded - w.decode_window.front().second) / span;
-  }
+  w.last_decode_rate = decoding > 0 ? static_cast<double>(decoding) / dt : 0;
   w.busy = true;
   w.busy_time += dt;
   w.work_s += dt - o_.worker.step_overhead_s;
@@ -250,7 +240,7 @@ void Simulation::ReportLoad(int32_t wi) {
       (o_.worker.kv_capacity_chunks - w.used_chunks + static_cast<int64_t>(w.lru.size())) *
       o_.chunk_size);
   load.prefill_tokens_per_s = o_.worker.prefill_tokens_per_s;
-  load.decode_tokens_per_s = w.decode_rate;
+  load.decode_tokens_per_s = w.last_decode_rate;
   core_->UpdateLoad(WorkerId(static_cast<uint32_t>(wi)), load).IgnoreError();  // known worker
 }
 
