@@ -103,7 +103,14 @@ class TtftPolicy final : public Policy {
       if (holder == nullptr) return decide(lowest(under), DecisionReason::kLoadCap);
       const Cand* other = lowest([&](const Cand& c) { return under(c) && !is_holder(c); });
       int32_t holders = 0;
-      for (const Cand& c : cands_) holders += is_holder(c);
+      int64_t holder_load = 0;   // running + queued requests over the holders
+      int64_t holder_slots = 0;  // their batch slots
+      for (const Cand& c : cands_) {
+        if (!is_holder(c)) continue;
+        ++holders;
+        holder_load += RequestLoad(c.w->load);
+        holder_slots += std::max(1, c.w->info.max_batch_size);
+      }
       const int32_t cap =
           options_.max_holders_per_prefix > 0
               ? options_.max_holders_per_prefix
@@ -124,18 +131,11 @@ class TtftPolicy final : public Policy {
       auto batch_full = [](const Cand& c) {
         return RequestLoad(c.w->load) + 1 > std::max(1, c.w->info.max_batch_size);
       };
-      bool short_of_slots = batch_full(*holder);
-      if (!short_of_slots && holders >= 2 && options_.holders_busy_fraction > 0) {
-        int64_t load = 1;
-        int64_t slots = 0;
-        for (const Cand& c : cands_) {
-          if (!is_holder(c)) continue;
-          load += RequestLoad(c.w->load);
-          slots += std::max(1, c.w->info.max_batch_size);
-        }
-        short_of_slots = static_cast<double>(load) >
-                         options_.holders_busy_fraction * static_cast<double>(slots);
-      }
+      const bool short_of_slots =
+          batch_full(*holder) ||
+          (holders >= 2 && options_.holders_busy_fraction > 0 &&
+           static_cast<double>(holder_load + 1) >
+               options_.holders_busy_fraction * static_cast<double>(holder_slots));
       if (options_.spill_factor_saturated > 0 && other != nullptr && short_of_slots &&
           !batch_full(*other)) {
         factor = std::min(factor, options_.spill_factor_saturated);
