@@ -561,7 +561,7 @@ class Server final : public WorkerServer {
                                              : 0);
     r.setFreeKvBytes(free_bytes);
     r.setPrefillTokensPerS(PrefillRate(s.prefill_tokens_per_s));
-    r.setDecodeTokensPerS(s.decode_tokens_per_s);
+    r.setDecodeTokensPerS(s.decode_tokens_per_busy_s);
     r.setDraining(draining_);
     r.setInFlightRequests(static_cast<int32_t>(in_flight_.load()));
     r.setEngineProgress(s.steps + s.requests_finished);  // a cancel-only pass is progress too

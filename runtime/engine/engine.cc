@@ -14,6 +14,7 @@
 
 #include "runtime/base/logging.h"
 #include "runtime/base/process_memory.h"
+#include "runtime/engine/rate_window.h"
 #include "runtime/kvcache/prefix_tree.h"
 #include "runtime/model/model.h"
 #include "runtime/model/tiny_model.h"
@@ -298,6 +299,7 @@ class EngineImpl final : public Engine {
         LOG(ERROR) << "engine step failed: " << s;
         scheduler_->AbortAll(FinishReason::kError, s);
       }
+      busy_s_ += std::chrono::duration<double>(Clock::now() - now).count();
       PublishStats(now);
       kv_log_.Flush();
       scheduler_->DeliverFinished();
@@ -332,24 +334,12 @@ class EngineImpl final : public Engine {
     stats_.chunks_total = kv.used_slots;
     stats_.chunks_retained = kv.retained_chunks;
     stats_.chunks_shared = kv.shared_chunks;
-    // Rates over a sliding window of about two seconds.
-    rate_window_.push_back({now, c.decode_tokens, c.prefill_tokens});
-    while (rate_window_.size() > 2 && now - rate_window_.front().t > std::chrono::seconds(2)) {
-      rate_window_.pop_front();
-    }
-    const auto& first = rate_window_.front();
-    const double dt = std::chrono::duration<double>(now - first.t).count();
-    if (dt > 0) {
-      stats_.decode_tokens_per_s = static_cast<double>(c.decode_tokens - first.decode) / dt;
-      stats_.prefill_tokens_per_s = static_cast<double>(c.prefill_tokens - first.prefill) / dt;
-    }
+    rates_.Add({.t = now, .busy_s = busy_s_, .decode = c.decode_tokens,
+                .prefill = c.prefill_tokens});
+    stats_.decode_tokens_per_s = rates_.rates().decode_per_s;
+    stats_.prefill_tokens_per_s = rates_.rates().prefill_per_s;
+    stats_.decode_tokens_per_busy_s = rates_.rates().decode_per_busy_s;
   }
-
-  struct RateSample {
-    Clock::time_point t;
-    uint64_t decode = 0;
-    uint64_t prefill = 0;
-  };
 
   const EngineOptions options_;
   model::LoadedModel model_;
@@ -371,7 +361,8 @@ class EngineImpl final : public Engine {
   bool stopping_ = false;
   bool abort_ = false;
   EngineStats stats_;
-  std::deque<RateSample> rate_window_;
+  RateWindow rates_;  // step thread, under mu_
+  double busy_s_ = 0;  // seconds spent in Step, step thread only
 
   std::mutex join_mu_;
   std::thread step_thread_;

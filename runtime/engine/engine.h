@@ -117,6 +117,9 @@ struct EngineStats {
   // Throughput over the last few seconds.
   double decode_tokens_per_s = 0.0;
   double prefill_tokens_per_s = 0.0;
+  // Decode tokens per second spent in steps over the same window, idle time excluded: how fast
+  // the engine decodes while it runs (rate_window.h). Worker load reports carry this one.
+  double decode_tokens_per_busy_s = 0.0;
   // Memory: the runner's resident weights (fixed at creation; the checkpoint itself is released
   // once they are uploaded) and this process's resident set (VmRSS) when Stats() was called.
   uint64_t weight_bytes = 0;

@@ -289,6 +289,25 @@ TEST_F(EngineTest, SecondRequestWithTheSamePromptHitsTheCache) {
   EXPECT_EQ(a.tokens, b.tokens);
 }
 
+TEST_F(EngineTest, TheBusyDecodeRateLeavesIdleTimeOut) {
+  auto engine = Engine::Create(Options());
+  ASSERT_OK(engine.status());
+  RequestOptions r;
+  r.prompt = testing::Random(6).Tokens(20, 256);
+  r.max_new_tokens = 12;
+  ASSERT_OK_AND_ASSIGN(auto first, (*engine)->Submit(r));
+  Drain(*first);
+  std::this_thread::sleep_for(500ms);  // idle: no step, so no time in steps
+  r.prompt[0] = (r.prompt[0] + 1) % 256;
+  ASSERT_OK_AND_ASSIGN(auto second, (*engine)->Submit(r));
+  Drain(*second);
+  // Stats are published before the last step's tokens are delivered. The window spans both
+  // requests and the 500 ms between them; its step time excludes them.
+  const EngineStats s = (*engine)->Stats();
+  EXPECT_GT(s.decode_tokens_per_s, 0);
+  EXPECT_GT(s.decode_tokens_per_busy_s, s.decode_tokens_per_s);
+}
+
 TEST_F(EngineTest, QueueTimeCountsTheWaitForABatchSlot) {
   // One sequence per step: a second request cannot be admitted while the first runs, and its
   // queue time must cover that wait. The first request's stream callback (which runs on the step

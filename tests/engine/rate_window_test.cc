@@ -1,0 +1,77 @@
+// RateWindow: wall and busy rates on hand-checked step sequences.
+#include "runtime/engine/rate_window.h"
+
+#include <gtest/gtest.h>
+
+namespace chunkserve::engine {
+namespace {
+
+using std::chrono::milliseconds;
+using Sample = RateWindow::Sample;
+
+TEST(RateWindowTest, BusyStepsGiveTheSameRateBothWays) {
+  RateWindow w;
+  const auto t0 = RateWindow::Clock::time_point{};
+  // Back-to-back 10 ms steps, 32 decode tokens each: 3,200 tokens/s either way.
+  for (int i = 0; i <= 10; ++i) {
+    w.Add({.t = t0 + milliseconds(10 * i), .busy_s = 0.01 * (i + 1), .decode = 32u * (i + 1)});
+  }
+  EXPECT_NEAR(w.rates().decode_per_s, 3200, 1e-6);
+  EXPECT_NEAR(w.rates().decode_per_busy_s, 3200, 1e-6);
+}
+
+TEST(RateWindowTest, TheFirstStepAfterAnIdleGapKeepsTheBusyRate) {
+  RateWindow w;
+  const auto t0 = RateWindow::Clock::time_point{};
+  w.Add({.t = t0, .busy_s = 0.01, .decode = 32});
+  w.Add({.t = t0 + milliseconds(10), .busy_s = 0.02, .decode = 64});
+  // Idle for 3 s, then one 10 ms step of 32 tokens: the window keeps the sample before the gap.
+  w.Add({.t = t0 + milliseconds(3010), .busy_s = 0.03, .decode = 96});
+  EXPECT_NEAR(w.rates().decode_per_s, 32 / 3.0, 1e-9);  // what it did: 32 tokens in 3 s
+  EXPECT_NEAR(w.rates().decode_per_busy_s, 3200, 1e-6);  // what it does while it runs
+}
+
+TEST(RateWindowTest, OldSamplesLeaveTheWindow) {
+  RateWindow w(std::chrono::seconds(2));
+  const auto t0 = RateWindow::Clock::time_point{};
+  // 1 s of slow steps (8 tokens / 10 ms), then 3 s of fast ones (64 / 10 ms).
+  double busy = 0;
+  uint64_t decode = 0;
+  int ms = 0;
+  for (; ms < 1000; ms += 10) {
+    busy += 0.01;
+    decode += 8;
+    w.Add({.t = t0 + milliseconds(ms), .busy_s = busy, .decode = decode});
+  }
+  for (; ms < 4000; ms += 10) {
+    busy += 0.01;
+    decode += 64;
+    w.Add({.t = t0 + milliseconds(ms), .busy_s = busy, .decode = decode});
+  }
+  EXPECT_NEAR(w.rates().decode_per_busy_s, 6400, 1e-6);
+  EXPECT_NEAR(w.rates().decode_per_s, 6400, 1e-6);
+}
+
+TEST(RateWindowTest, PrefillOnlyStepsReadAsNoDecode) {
+  RateWindow w;
+  const auto t0 = RateWindow::Clock::time_point{};
+  w.Add({.t = t0, .busy_s = 0.1, .prefill = 2048});
+  w.Add({.t = t0 + milliseconds(100), .busy_s = 0.2, .prefill = 4096});
+  EXPECT_EQ(w.rates().decode_per_busy_s, 0);
+  EXPECT_NEAR(w.rates().prefill_per_s, 20480, 1e-6);
+}
+
+TEST(RateWindowTest, AnIntervalWithoutStepTimeKeepsTheLastRates) {
+  RateWindow w;
+  const auto t0 = RateWindow::Clock::time_point{};
+  w.Add({.t = t0, .busy_s = 0.01, .decode = 10});
+  EXPECT_EQ(w.rates().decode_per_s, 0);  // one sample: no interval yet
+  w.Add({.t = t0 + milliseconds(10), .busy_s = 0.02, .decode = 20});
+  EXPECT_NEAR(w.rates().decode_per_busy_s, 1000, 1e-6);
+  // A sample with no step between (shutdown publishes one): busy rate unchanged.
+  w.Add({.t = t0 + milliseconds(10), .busy_s = 0.02, .decode = 20});
+  EXPECT_NEAR(w.rates().decode_per_busy_s, 1000, 1e-6);
+}
+
+}  // namespace
+}  // namespace chunkserve::engine
