@@ -274,9 +274,11 @@ class PrefixIndex {
 // Load at pick time.
 
 // Merges reported loads with this router's own in-flight requests. A request counts from the
-// moment it is picked (OnPicked): its uncached prompt tokens are pending prefill and it occupies
-// a sequence until OnFinished. Because reports lag and other routers add load this router does
-// not see, the effective value of each quantity is max(reported, own view).
+// moment it is picked (OnPicked): it occupies a sequence until OnFinished, and because reports
+// lag and other routers add load this router does not see, request counts are
+// max(reported, own view). Its uncached prompt tokens are pending prefill until the second
+// report after the pick, which certainly covers it (and knows how far its prefill got): queued
+// prefill is max(reported + picked since the last report, picked since the one before).
 class LoadTracker {
  public:
   void SetReported(WorkerId worker, const WorkerLoad& load);

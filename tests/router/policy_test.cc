@@ -625,12 +625,12 @@ TEST(LoadTrackerTest, RequestsCountFromThePickOn) {
   ASSERT_OK(t.OnPicked(RequestId(2), WorkerId(0), 300));
   EXPECT_EQ(t.OnPicked(RequestId(2), WorkerId(0), 1).code(), StatusCode::kAlreadyExists);
   WorkerLoad e = t.Effective(WorkerId(0));
-  EXPECT_EQ(e.queued_prefill_tokens, 800u);  // own view beats the stale report
+  EXPECT_EQ(e.queued_prefill_tokens, 900u);  // the report predates both picks: on top of it
   EXPECT_EQ(e.queued_requests, 2);
   EXPECT_EQ(t.InFlight(WorkerId(0)), 2);
   ASSERT_OK(t.OnFirstToken(RequestId(1)));
   e = t.Effective(WorkerId(0));
-  EXPECT_EQ(e.queued_prefill_tokens, 300u);
+  EXPECT_EQ(e.queued_prefill_tokens, 400u);
   EXPECT_EQ(e.running_sequences, 1);
   ASSERT_OK(t.OnFinished(RequestId(2)));  // finished before its first token (cancelled)
   ASSERT_OK(t.OnFinished(RequestId(1)));
@@ -639,6 +639,40 @@ TEST(LoadTrackerTest, RequestsCountFromThePickOn) {
   EXPECT_EQ(t.InFlight(WorkerId(0)), 0);
   EXPECT_EQ(t.OnFinished(RequestId(1)).code(), StatusCode::kNotFound);
   EXPECT_EQ(t.OnFirstToken(RequestId(9)).code(), StatusCode::kNotFound);
+}
+
+TEST(LoadTrackerTest, ReportsTakeOverAPrefillInProgress) {
+  LoadTracker t;
+  const WorkerId w(0);
+  auto report = [&](uint64_t queued_prefill) {
+    WorkerLoad l;
+    l.queued_prefill_tokens = queued_prefill;
+    l.running_sequences = 1;
+    t.SetReported(w, l);
+  };
+  report(0);
+  ASSERT_OK(t.OnPicked(RequestId(1), w, 120000));  // a cold 120k-token document
+  EXPECT_EQ(t.Effective(w).queued_prefill_tokens, 120000u);
+  // The next report may have been taken before the request arrived: the own view stands.
+  report(0);
+  EXPECT_EQ(t.Effective(w).queued_prefill_tokens, 120000u);
+  // Two reports after the pick the worker has it: its progress is the truth, not the pick's
+  // estimate (which lasted until the first token before: 100k tokens too high below).
+  report(119000);
+  EXPECT_EQ(t.Effective(w).queued_prefill_tokens, 119000u);
+  report(20000);
+  EXPECT_EQ(t.Effective(w).queued_prefill_tokens, 20000u);
+  // A new pick counts on top of the report it postdates, then the same way.
+  ASSERT_OK(t.OnPicked(RequestId(2), w, 300));
+  EXPECT_EQ(t.Effective(w).queued_prefill_tokens, 20300u);
+  report(10300);
+  EXPECT_EQ(t.Effective(w).queued_prefill_tokens, 10300u);
+  ASSERT_OK(t.OnFirstToken(RequestId(1)));  // out of every sum already: nothing changes
+  EXPECT_EQ(t.Effective(w).queued_prefill_tokens, 10300u);
+  ASSERT_OK(t.OnFinished(RequestId(2)));  // released from the sum it was in
+  report(0);
+  EXPECT_EQ(t.Effective(w).queued_prefill_tokens, 0u);
+  EXPECT_EQ(t.InFlight(w), 1);
 }
 
 TEST_F(RouterCoreTest, LoadCountsAtPickTimeSoABurstSpreads) {
