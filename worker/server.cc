@@ -542,6 +542,14 @@ class Server final : public WorkerServer {
     return static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, UINT32_MAX));
   }
 
+  // What the requests without a first token need (QueuedPrefill), less what the engine has
+  // computed of it: a 100k-token prefill half done reads as 50k, not 100k until its first token.
+  // A first token leaves QueuedPrefill during its step, its progress leaves the engine's stats
+  // when they are published after the step: a report taken in between reads low; never below 0.
+  int64_t QueuedPrefillTokens(const engine::EngineStats& s) const {
+    return std::max<int64_t>(0, queued_prefill_->tokens() - s.prefill_progress_tokens);
+  }
+
   void SendLoadReport(RouterLink& link) {
     if (!link.session || !link.registered) return;
     const engine::EngineStats s = engine_->Stats();
@@ -551,8 +559,7 @@ class Server final : public WorkerServer {
     capnp::MallocMessageBuilder builder;
     auto r = builder.initRoot<Envelope>().initLoadReport();
     r.setGeneration(generation_);
-    r.setQueuedPrefillTokens(
-        static_cast<uint64_t>(std::max<int64_t>(0, queued_prefill_->tokens())));
+    r.setQueuedPrefillTokens(static_cast<uint64_t>(QueuedPrefillTokens(s)));
     r.setRunningSequences(s.running);
     r.setQueuedRequests(s.queued);
     // Whole free engine slots (chunks), in tokens.
@@ -656,9 +663,10 @@ class Server final : public WorkerServer {
       return {503, "text/plain", draining_ ? "draining\n" : "not ready\n", {}};
     }
     if (path == "/metrics") {
+      const engine::EngineStats s = engine_->Stats();
       return {200, "text/plain; version=0.0.4",
-              metrics_.Render(engine_->Stats(), Ready(), draining_,
-                              static_cast<int64_t>(sessions_.size()), queued_prefill_->tokens()),
+              metrics_.Render(s, Ready(), draining_, static_cast<int64_t>(sessions_.size()),
+                              QueuedPrefillTokens(s)),
               {}};
     }
     return {404, "text/plain", "not found\n", {}};

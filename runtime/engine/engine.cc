@@ -325,6 +325,7 @@ class EngineImpl final : public Engine {
     stats_.evicted_chunks = kv.evictions;
     stats_.preemptions = c.preemptions;
     stats_.running = scheduler_->num_running();
+    stats_.prefill_progress_tokens = scheduler_->PrefillProgressTokens();
     queued_ = scheduler_->num_waiting();
     stats_.last_batch_size = c.last_batch_tokens;
     stats_.kv_bytes_used = kv.bytes_used;

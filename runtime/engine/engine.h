@@ -99,6 +99,9 @@ struct EngineStats {
   // Gauges at the last step.
   int32_t running = 0;  // sequences in the running batch
   int32_t queued = 0;   // submitted, not yet admitted
+  // Prompt tokens computed so far for running requests that have no first token yet, past what
+  // was cached at their admission (Scheduler::PrefillProgressTokens).
+  int64_t prefill_progress_tokens = 0;
   int32_t last_batch_size = 0;
   uint64_t kv_bytes_used = 0;         // slots in use (referenced + retained), shared counted once
   uint64_t kv_bytes_referenced = 0;   // slots referenced by live sequences

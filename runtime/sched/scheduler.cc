@@ -376,4 +376,14 @@ void Scheduler::AbortAll(FinishReason reason, const Status& error) {
   EraseFinished();
 }
 
+int64_t Scheduler::PrefillProgressTokens() const {
+  int64_t done = 0;
+  for (const auto& r : running_) {
+    if (r->running && !r->finished && r->generated == 0) {
+      done += std::max(0, std::min(r->computed, r->num_prompt) - std::max(0, r->cached_tokens));
+    }
+  }
+  return done;
+}
+
 }  // namespace chunkserve::sched

@@ -105,6 +105,10 @@ class Scheduler {
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   const SchedulerCounters& counters() const { return counters_; }
+  // Prompt tokens computed so far for running requests without a first token yet (past what
+  // was cached when each was admitted): how far their prefills got. A worker reports the
+  // prefill still queued as what its requests need minus this.
+  int64_t PrefillProgressTokens() const;
 
  private:
   struct Live {

@@ -135,5 +135,28 @@ TEST_F(SchedulerTest, AdmissionReservesTheSlotsRunningPrefillsStillNeed) {
   EXPECT_EQ(fb.generated_tokens, 8);
 }
 
+// PrefillProgressTokens follows a chunked prefill step by step and drops the request at its
+// first token; the cached part of a prompt is not progress.
+TEST_F(SchedulerTest, PrefillProgressCountsComputedPromptTokensUntilTheFirstToken) {
+  Make(64, {.max_batch_size = 8, .token_budget = 8});
+  auto a = Add(1, 20, 0, 4);
+  EXPECT_EQ(scheduler_->PrefillProgressTokens(), 0);  // not admitted yet
+  std::vector<int64_t> seen;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK(scheduler_->Step(Clock::now()));
+    seen.push_back(scheduler_->PrefillProgressTokens());
+  }
+  EXPECT_EQ(seen, (std::vector<int64_t>{8, 16, 0}));  // 8 + 8 + 4 tokens; then its first token
+  RunToCompletion();
+  // The same prompt with a longer tail: its first 20 tokens are cached, so its progress starts
+  // past them: 8 of its 12 uncached tokens in the first step.
+  auto b = Add(2, 32, 0, 4);
+  ASSERT_OK(scheduler_->Step(Clock::now()));
+  EXPECT_EQ(scheduler_->PrefillProgressTokens(), 8);
+  RunToCompletion();
+  EXPECT_EQ(FinishOf(*a).generated_tokens, 4);
+  EXPECT_EQ(FinishOf(*b).cached_tokens, 20);
+}
+
 }  // namespace
 }  // namespace chunkserve::sched
