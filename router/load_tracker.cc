@@ -58,9 +58,10 @@ LoadTracker::~LoadTracker() = default;
 LoadTracker::LoadTracker(LoadTracker&&) noexcept = default;
 LoadTracker& LoadTracker::operator=(LoadTracker&&) noexcept = default;
 
-void LoadTracker::SetReported(WorkerId worker, const WorkerLoad& load) {
+void LoadTracker::SetReported(WorkerId worker, const WorkerLoad& load, bool fresh) {
   State::Own& own = state_->workers[worker];
   own.reported = load;
+  if (!fresh) return;
   ++own.reports;
   own.pending_since_previous = own.pending_since_last;
   own.pending_since_last = 0;

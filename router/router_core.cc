@@ -101,9 +101,9 @@ Status RouterCore::SetAccepting(WorkerId worker, bool accepting) {
   return Status::Ok();
 }
 
-Status RouterCore::UpdateLoad(WorkerId worker, const WorkerLoad& load) {
+Status RouterCore::UpdateLoad(WorkerId worker, const WorkerLoad& load, bool fresh) {
   if (state_->Find(worker) == nullptr) return UnknownWorker(worker);
-  state_->loads.SetReported(worker, load);
+  state_->loads.SetReported(worker, load, fresh);
   state_->Refresh(worker);
   return Status::Ok();
 }

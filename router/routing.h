@@ -281,7 +281,10 @@ class PrefixIndex {
 // prefill is max(reported + picked since the last report, picked since the one before).
 class LoadTracker {
  public:
-  void SetReported(WorkerId worker, const WorkerLoad& load);
+  // A load report from the worker. `fresh` = false: this router's correction of the last report
+  // (a request it saw start or end), which replaces the values but is no newer report: it
+  // covers no pick the last report did not.
+  void SetReported(WorkerId worker, const WorkerLoad& load, bool fresh = true);
   void DropWorker(WorkerId worker);
 
   // The request was routed to `worker`; `uncached_prompt_tokens` await prefill there.
@@ -468,7 +471,9 @@ class RouterCore {
   Status RemoveWorker(WorkerId worker);
   // accepting = false: never picked (unhealthy or draining); entries are kept.
   Status SetAccepting(WorkerId worker, bool accepting);
-  Status UpdateLoad(WorkerId worker, const WorkerLoad& load);
+  // `fresh`: a report from the worker (false: a local correction of the last one; see
+  // LoadTracker::SetReported).
+  Status UpdateLoad(WorkerId worker, const WorkerLoad& load, bool fresh = true);
   Result<KvApplyOutcome> ApplyKvEvents(WorkerId worker, const KvEventBatch& batch);
 
   // Picks a worker, counts the request in flight there at once and records the decision in the

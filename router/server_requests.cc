@@ -153,7 +153,7 @@ void Server::CorrectReported(const Pending& p, bool first_token, bool ended) {
     l.queued_prefill_tokens -= std::min(l.queued_prefill_tokens, prefill);
   }
   if (ended && l.running_sequences > 0) l.running_sequences--;
-  (void)core_->UpdateLoad(p.worker, l);
+  (void)core_->UpdateLoad(p.worker, l, /*fresh=*/false);
 }
 
 void Server::EndLeg(Pending& p, std::optional<int64_t> reported_cached) {

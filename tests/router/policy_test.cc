@@ -669,6 +669,15 @@ TEST(LoadTrackerTest, ReportsTakeOverAPrefillInProgress) {
   EXPECT_EQ(t.Effective(w).queued_prefill_tokens, 10300u);
   ASSERT_OK(t.OnFirstToken(RequestId(1)));  // out of every sum already: nothing changes
   EXPECT_EQ(t.Effective(w).queued_prefill_tokens, 10300u);
+  // A correction of the last report (the router saw a request start) is no newer report: a
+  // pick made since still counts on top, twice over.
+  ASSERT_OK(t.OnPicked(RequestId(3), w, 5000));
+  WorkerLoad corrected;
+  corrected.queued_prefill_tokens = 10000;
+  t.SetReported(w, corrected, /*fresh=*/false);
+  t.SetReported(w, corrected, /*fresh=*/false);
+  EXPECT_EQ(t.Effective(w).queued_prefill_tokens, 15000u);
+  ASSERT_OK(t.OnFinished(RequestId(3)));
   ASSERT_OK(t.OnFinished(RequestId(2)));  // released from the sum it was in
   report(0);
   EXPECT_EQ(t.Effective(w).queued_prefill_tokens, 0u);
