@@ -4,6 +4,7 @@
 #include "router/policy.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -86,6 +87,13 @@ int64_t PromptTokens(const RoutingRequest& request) {
 int64_t CachedTokens(const RoutingRequest& request, int32_t matched_chunks) {
   if (matched_chunks <= 0 || request.chunk_size <= 0) return 0;
   return std::min<int64_t>(int64_t{matched_chunks} * request.chunk_size, PromptTokens(request));
+}
+
+int32_t ExpectedOutputTokens(const RoutingRequest& request, const PickContext& context) {
+  const int32_t cap = std::max(0, request.max_new_tokens);
+  if (!(context.mean_output_tokens >= 1)) return cap;
+  const auto mean = static_cast<int32_t>(std::lround(std::min(context.mean_output_tokens, 1e9)));
+  return cap > 0 ? std::min(cap, mean) : mean;
 }
 
 double PredictTtftSeconds(const WorkerState& worker, int64_t uncached_tokens,

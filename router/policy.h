@@ -23,6 +23,12 @@ int64_t PromptTokens(const RoutingRequest& request);
 // Cached prompt tokens implied by `matched_chunks` full chunks (capped at the prompt length).
 int64_t CachedTokens(const RoutingRequest& request, int32_t matched_chunks);
 
+// Output tokens to expect from a request: the mean of recent requests
+// (PickContext::mean_output_tokens), at most its max_new_tokens; without a mean, its
+// max_new_tokens; 0 when neither is known (PredictTtftSeconds then assumes
+// PolicyOptions::default_output_tokens).
+int32_t ExpectedOutputTokens(const RoutingRequest& request, const PickContext& context);
+
 // The ttft policy's estimate for one worker (routing.h PolicyOptions explains the formula).
 double PredictTtftSeconds(const WorkerState& worker, int64_t uncached_tokens,
                           int32_t expected_output_tokens, const PolicyOptions& options);

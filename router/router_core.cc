@@ -32,6 +32,11 @@ struct RouterCore::State {
   std::unordered_map<WorkerId, size_t> position;
   std::unordered_map<RequestId, int64_t> predicted;  // from Route until OnFinished
   PrecisionStats precision;
+  // Output lengths: the plain mean of the first kOutputWindow, then an exponential average
+  // with weight 1 / kOutputWindow (recent traffic counts most; no history to store).
+  static constexpr int64_t kOutputWindow = 256;
+  double mean_output = 0;
+  int64_t outputs_seen = 0;
 
   WorkerState* Find(WorkerId id) {
     auto it = position.find(id);
@@ -120,7 +125,10 @@ Result<RoutingDecision> RouterCore::Route(RequestId request, const RoutingReques
     return Status::AlreadyExists("request " + std::to_string(request.value()) +
                                  " is already in flight");
   }
-  const PickContext context{.workers = s.workers, .index = s.index.get(), .now = now};
+  const PickContext context{.workers = s.workers,
+                            .index = s.index.get(),
+                            .now = now,
+                            .mean_output_tokens = s.mean_output};
   CHUNKSERVE_ASSIGN_OR_RETURN(RoutingDecision decision, s.policy->Pick(routing_request, context));
   const int64_t prompt = std::max<int64_t>(routing_request.prompt_tokens,
                                            static_cast<int64_t>(routing_request.prompt.size()));
@@ -143,10 +151,16 @@ Status RouterCore::OnFirstToken(RequestId request) {
   return Status::Ok();
 }
 
-Status RouterCore::OnFinished(RequestId request, std::optional<int64_t> reported_cached_tokens) {
+Status RouterCore::OnFinished(RequestId request, std::optional<int64_t> reported_cached_tokens,
+                              std::optional<int32_t> output_tokens) {
   State& s = *state_;
   const WorkerId worker = s.loads.WorkerOf(request);
   CHUNKSERVE_RETURN_IF_ERROR(s.loads.OnFinished(request));
+  if (output_tokens.has_value() && *output_tokens > 0) {
+    s.outputs_seen = std::min(s.outputs_seen + 1, State::kOutputWindow);
+    s.mean_output += (static_cast<double>(*output_tokens) - s.mean_output) /
+                     static_cast<double>(s.outputs_seen);
+  }
   if (auto it = s.predicted.find(request); it != s.predicted.end()) {
     if (reported_cached_tokens.has_value()) s.precision.Add(it->second, *reported_cached_tokens);
     s.predicted.erase(it);

@@ -336,7 +336,9 @@ struct PolicyOptions {
   //   + slot wait: when running + queued requests >= max_batch_size, each request beyond the
   //     batch waits about (expected output tokens / w's decode rate) for a sequence to finish
   //   + w's running sequences / w's decode rate (per-step decode interference)
-  // Expected output = the request's max_new_tokens, or default_output_tokens when 0.
+  // Expected output = the mean output of the requests this router saw end on their own
+  // (PickContext::mean_output_tokens), at most the request's max_new_tokens; without that mean,
+  // max_new_tokens; default_output_tokens when neither is known.
   // The rates used when a worker has not reported them (tokens/s):
   double default_prefill_tokens_per_s = 8000;
   double default_decode_tokens_per_s = 1000;
@@ -400,6 +402,10 @@ struct PickContext {
   std::span<const WorkerState> workers;
   PrefixIndex* index = nullptr;
   RouterTime now{0};
+  // Mean output length of the requests this router saw end on their own (length or stop
+  // token), recent ones weighted most; 0 until one has. A request's max_new_tokens is a cap,
+  // not its length: the slot wait predicted for a full batch uses this (ExpectedOutputTokens).
+  double mean_output_tokens = 0;
 };
 
 // A routing policy. One file per policy under router/policies/, made through the registry in
@@ -488,7 +494,10 @@ class RouterCore {
   // this report are added to precision(). Leave it empty when the worker reported nothing
   // meaningful (the leg failed, was re-routed, or was cancelled before its prefill). NotFound
   // for an unknown request (nothing recorded).
-  Status OnFinished(RequestId request, std::optional<int64_t> reported_cached_tokens = {});
+  // `output_tokens`: how many tokens it generated when it ended on its own (length or stop
+  // token; leave it empty for failures and cancellations), for PickContext::mean_output_tokens.
+  Status OnFinished(RequestId request, std::optional<int64_t> reported_cached_tokens = {},
+                    std::optional<int32_t> output_tokens = {});
 
   // Read access (plus index lookups). Change load only through the methods above: the workers'
   // effective loads are refreshed by them, not per pick.

@@ -195,7 +195,9 @@ class Server final : public RouterServer {
   // Detaches the current leg (worker-side bookkeeping); the request itself lives on.
   // `reported_cached` is the worker's Finish.cachedTokens when the leg ended with a meaningful
   // one: the core then adds the leg's prediction vs this report to its precision figure.
-  void EndLeg(Pending& p, std::optional<int64_t> reported_cached = {});
+  // `output_tokens`: the request's length when it ended on its own (RouterCore::OnFinished).
+  void EndLeg(Pending& p, std::optional<int64_t> reported_cached = {},
+              std::optional<int32_t> output_tokens = {});
 
   void CancelUpstream(Pending& p);
 

@@ -156,10 +156,11 @@ void Server::CorrectReported(const Pending& p, bool first_token, bool ended) {
   (void)core_->UpdateLoad(p.worker, l, /*fresh=*/false);
 }
 
-void Server::EndLeg(Pending& p, std::optional<int64_t> reported_cached) {
+void Server::EndLeg(Pending& p, std::optional<int64_t> reported_cached,
+                    std::optional<int32_t> output_tokens) {
   if (p.upstream == 0) return;
   CorrectReported(p, !p.leg_started, true);
-  (void)core_->OnFinished(RequestId(p.upstream), reported_cached);
+  (void)core_->OnFinished(RequestId(p.upstream), reported_cached, output_tokens);
   auto wit = workers_.find(p.worker);
   if (wit != workers_.end()) wit->second.upstream.erase(p.upstream);
   upstream_.erase(p.upstream);
@@ -270,7 +271,13 @@ void Server::OnUpstreamFinish(WorkerId worker, const wire::FinishMessage& f) {
   // cancelled before its prefill (the worker never looked its prompt up).
   std::optional<int64_t> reported;
   if (!reroute && (p->leg_started || f.reason != FinishReason::kCancelled)) reported = cached;
-  EndLeg(*p, reported);
+  // Its length (every leg's tokens) when it ended on its own: what the next requests' slot
+  // waits are predicted with.
+  std::optional<int32_t> output;
+  if (f.reason == FinishReason::kLength || f.reason == FinishReason::kStopToken) {
+    output = static_cast<int32_t>(p->sent.size());
+  }
+  EndLeg(*p, reported, output);
   if (reroute || f.reason == FinishReason::kError) {
     ApplyLiveness(liveness_.OnLegFailed(worker, Now()));
   } else if (f.reason == FinishReason::kLength || f.reason == FinishReason::kStopToken) {

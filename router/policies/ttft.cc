@@ -39,6 +39,7 @@ class TtftPolicy final : public Policy {
     const std::vector<WorkerMatch> matches = Matches(request, context);
     lookup_.Fill(matches);
     const int64_t prompt_tokens = PromptTokens(request);
+    const int32_t output = ExpectedOutputTokens(request, context);
 
     cands_.clear();
     bool any_under = false;
@@ -49,7 +50,7 @@ class TtftPolicy final : public Policy {
       const double cap = options_.load_cap * std::max(1, w.info.max_batch_size);
       const bool over = static_cast<double>(RequestLoad(w.load)) > cap;
       cands_.push_back(Cand{&w, m, prompt_tokens - uncached,
-                            PredictTtftSeconds(w, uncached, request.max_new_tokens, options_),
+                            PredictTtftSeconds(w, uncached, output, options_),
                             over});
       any_under |= !over;
     }
@@ -156,7 +157,7 @@ class TtftPolicy final : public Policy {
     bool first = true;
     for (Cand& c : cands_) {
       if (!under(c)) continue;
-      c.wait = PredictTtftSeconds(*c.w, 0, request.max_new_tokens, options_);
+      c.wait = PredictTtftSeconds(*c.w, 0, output, options_);
       if (first || c.wait < min_wait) min_wait = c.wait;
       first = false;
     }

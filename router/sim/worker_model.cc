@@ -205,7 +205,7 @@ Status Simulation::Finish(Worker& w, Request& r) {
   }
   output_tokens_ += static_cast<uint64_t>(r.output_tokens);
   last_finish_ = std::max(last_finish_, now_);
-  CHUNKSERVE_RETURN_IF_ERROR(core_->OnFinished(RequestId(r.id), r.cached_tokens));
+  CHUNKSERVE_RETURN_IF_ERROR(core_->OnFinished(RequestId(r.id), r.cached_tokens, r.output_tokens));
   active_.erase(r.id);
   return Status::Ok();
 }

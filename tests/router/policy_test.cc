@@ -357,6 +357,51 @@ TEST_F(RouterCoreTest, AFullBatchSpillsSoonerThanAPrefillQueue) {
   EXPECT_EQ(route2(worker0_busy), std::make_pair(WorkerId(1), DecisionReason::kCacheHit));
 }
 
+TEST(ExpectedOutputTokensTest, TheRecentMeanCappedByTheRequestsLimit) {
+  RoutingRequest r;
+  PickContext none, seen;
+  seen.mean_output_tokens = 150.4;
+  EXPECT_EQ(ExpectedOutputTokens(r, none), 0);  // PredictTtftSeconds assumes its default
+  EXPECT_EQ(ExpectedOutputTokens(r, seen), 150);
+  r.max_new_tokens = 64;
+  EXPECT_EQ(ExpectedOutputTokens(r, none), 64);
+  EXPECT_EQ(ExpectedOutputTokens(r, seen), 64);
+  r.max_new_tokens = 4096;
+  EXPECT_EQ(ExpectedOutputTokens(r, seen), 150);
+}
+
+// The slot wait behind a full batch is (requests ahead) x expected output / decode rate, and
+// the expected output is what recent requests generated. The holder's batch is full; with the
+// spill factor at 2 (single holder), its ~0.04 s + slot wait loses to a cold worker's 0.264 s
+// once the slot wait passes ~0.49 s: outputs of 1,000 tokens (1 s) spill, of 100 do not.
+TEST_F(RouterCoreTest, SlotWaitsFollowTheOutputLengthsRequestsHad) {
+  const RoutingRequest r = Req(Prompt(9, 2048, 64, 0));
+  auto route_after = [&](int32_t outputs) {
+    PolicyOptions p;
+    p.spill_factor_saturated = 0;  // the plain factors only
+    auto core = Make(PolicyKind::kTtft, 4, p);
+    EXPECT_OK(core->ApplyKvEvents(WorkerId(0), SnapshotOf(r.chunk_hashes, 32)).status());
+    WorkerLoad idle;
+    idle.prefill_tokens_per_s = 8000;
+    idle.decode_tokens_per_s = 1000;
+    for (uint32_t w = 0; w < 4; ++w) EXPECT_OK(core->UpdateLoad(WorkerId(w), idle));
+    // Earlier requests (other prompts) ended on their own with `outputs` tokens each.
+    for (uint64_t id = 100; id < 110; ++id) {
+      EXPECT_OK(core->Route(RequestId(id), Req(Prompt(int(id), 256, 16, 0)), milliseconds(0))
+                    .status());
+      EXPECT_OK(core->OnFinished(RequestId(id), std::nullopt, outputs));
+    }
+    WorkerLoad full = idle;
+    full.running_sequences = 32;
+    EXPECT_OK(core->UpdateLoad(WorkerId(0), full));
+    auto d = core->Route(RequestId(1), r, milliseconds(0));
+    EXPECT_OK(d.status());
+    return d.ok() ? d->reason : DecisionReason::kLoadOnly;
+  };
+  EXPECT_EQ(route_after(1000), DecisionReason::kSpill);
+  EXPECT_EQ(route_after(100), DecisionReason::kCacheHit);
+}
+
 TEST_F(RouterCoreTest, DefaultSpillIsLoadDrivenWithoutAHolderCount) {
   // 8 workers. Worker 0 holds the prefix and is slow: the first request spills (second holder);
   // once both holders are slow, a third one (no count cap by default: load decides).
