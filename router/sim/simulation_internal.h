@@ -70,8 +70,9 @@ struct Worker {
   double busy_time = 0;
   double work_s = 0;       // prefill + decode compute seconds (step overhead excluded)
   double occupancy_s = 0;  // integral of running / max_batch_size over step time
-  double last_decode_rate = 0;  // the last step's decode tokens / its time: a busy rate, as
-                                // the engine reports (runtime/engine/rate_window.h)
+  double last_decode_rate = 0;   // the last step's decode tokens / its decoding time, as the
+                                 // engine reports (runtime/engine/rate_window.h)
+  double best_prefill_rate = 0;  // prefill tokens / step time, best prefill-only step
   uint64_t sequence = 0;
   KvEventBatch pending;  // events of the current step
   SimWorkerStats stats;

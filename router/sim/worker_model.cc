@@ -113,7 +113,16 @@ Status Simulation::StartStep(uint32_t wi) {
   const double dt = o_.worker.step_overhead_s +
                     static_cast<double>(prefilled) / o_.worker.prefill_tokens_per_s +
                     static_cast<double>(decoding) * o_.worker.decode_s_per_seq;
-  w.last_decode_rate = decoding > 0 ? static_cast<double>(decoding) / dt : 0;
+  // The engine's busy decode rate (runtime/engine/rate_window.h): step time less the prefill in
+  // it at the best prefill-only step's rate, at least a tenth of the step.
+  if (decoding == 0 && prefilled > 0) {
+    w.best_prefill_rate = std::max(w.best_prefill_rate, static_cast<double>(prefilled) / dt);
+  }
+  const double decode_s =
+      w.best_prefill_rate > 0
+          ? std::max(0.1 * dt, dt - static_cast<double>(prefilled) / w.best_prefill_rate)
+          : dt;
+  w.last_decode_rate = decoding > 0 ? static_cast<double>(decoding) / decode_s : 0;
   w.busy = true;
   w.busy_time += dt;
   w.work_s += dt - o_.worker.step_overhead_s;

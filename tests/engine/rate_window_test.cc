@@ -61,6 +61,45 @@ TEST(RateWindowTest, PrefillOnlyStepsReadAsNoDecode) {
   EXPECT_NEAR(w.rates().prefill_per_s, 20480, 1e-6);
 }
 
+TEST(RateWindowTest, PrefillTimeInMixedStepsIsNotDecodeTime) {
+  RateWindow w;
+  const auto t0 = RateWindow::Clock::time_point{};
+  double busy = 0;
+  uint64_t prefill = 0, decode = 0;
+  int ms = 0;
+  auto step = [&](int step_ms, uint64_t p, uint64_t d) {
+    busy += step_ms / 1000.0;
+    prefill += p;
+    decode += d;
+    w.Add({.t = t0 + milliseconds(ms), .busy_s = busy, .decode = decode, .prefill = prefill});
+    ms += step_ms;
+  };
+  // No prefill-only step yet: a mixed step's whole time counts as decoding.
+  step(10, 0, 8);
+  step(148, 2048, 31);
+  EXPECT_NEAR(w.rates().decode_per_busy_s, 31 / 0.148, 1e-6);
+  EXPECT_EQ(w.rates().best_prefill_per_s, 0);
+  // A prefill-only step: 2,048 tokens in 128 ms, 16,000 tokens/s.
+  step(128, 2048, 0);
+  EXPECT_NEAR(w.rates().best_prefill_per_s, 16000, 1e-6);
+  // A mixed step: 2,048 prefill tokens (128 ms at that rate) beside 31 decode rows, 160 ms.
+  // The window's 148 + 128 + 160 ms of steps (the first sample's step is before its interval)
+  // hold 3 x 2,048 prefill tokens, 384 ms: 52 ms of decoding for 62 decode tokens.
+  step(160, 2048, 31);
+  EXPECT_NEAR(w.rates().decode_per_busy_s, 62 / 0.052, 1e-6);
+  // Decode-only steps keep their whole time.
+  for (int i = 0; i < 300; ++i) step(20, 0, 32);
+  EXPECT_NEAR(w.rates().decode_per_busy_s, 1600, 1e-6);
+  // A prefill rate too low for later steps never leaves them less than a tenth decoding: a
+  // slow prefill-only step (1,000 tokens/s), then 4,096 prefill tokens and 10 decode rows in
+  // 100 ms.
+  RateWindow slow;
+  slow.Add({.t = t0});
+  slow.Add({.t = t0 + milliseconds(1000), .busy_s = 1.0, .prefill = 1000});
+  slow.Add({.t = t0 + milliseconds(1100), .busy_s = 1.1, .decode = 10, .prefill = 5096});
+  EXPECT_NEAR(slow.rates().decode_per_busy_s, 10 / 0.11, 1e-6);
+}
+
 TEST(RateWindowTest, AnIntervalWithoutStepTimeKeepsTheLastRates) {
   RateWindow w;
   const auto t0 = RateWindow::Clock::time_point{};
