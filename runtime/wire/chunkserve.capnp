@@ -141,7 +141,8 @@ struct LoadReport {
   queuedRequests @3 :Int32;         # submitted, not yet admitted
   freeKvSlots @4 :UInt64;           # KV slots free or reclaimable (retained)
   prefillTokensPerS @5 :Float64;    # measured prefill rate over the last seconds
-  decodeTokensPerS @6 :Float64;     # decode rate over the last seconds of steps, idle time excluded
+  decodeTokensPerS @6 :Float64;     # decode rate over the last seconds of steps, idle time and
+                                    # the steps' prefill excluded
   draining @7 :Bool;                # true once the worker stopped admitting
   freeKvBytes @8 :UInt64;           # KV arena bytes free or reclaimable (exact; freeKvSlots is
                                     # derived from it and is 0 until the slot size is known)
