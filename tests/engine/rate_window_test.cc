@@ -9,13 +9,32 @@ namespace {
 using std::chrono::milliseconds;
 using Sample = RateWindow::Sample;
 
+// Feeds back-to-back steps to a window: each takes `step_ms` of step time and wall time and adds
+// `prefill` and `decode` tokens.
+class Steps {
+ public:
+  explicit Steps(RateWindow& w) : w_(w) {}
+  void Step(int step_ms, uint64_t prefill, uint64_t decode) {
+    busy_ += step_ms / 1000.0;
+    prefill_ += prefill;
+    decode_ += decode;
+    w_.Add({.t = RateWindow::Clock::time_point{} + milliseconds(ms_), .busy_s = busy_,
+            .decode = decode_, .prefill = prefill_});
+    ms_ += step_ms;
+  }
+
+ private:
+  RateWindow& w_;
+  double busy_ = 0;
+  uint64_t prefill_ = 0, decode_ = 0;
+  int ms_ = 0;
+};
+
 TEST(RateWindowTest, BusyStepsGiveTheSameRateBothWays) {
   RateWindow w;
-  const auto t0 = RateWindow::Clock::time_point{};
+  Steps steps(w);
   // Back-to-back 10 ms steps, 32 decode tokens each: 3,200 tokens/s either way.
-  for (int i = 0; i <= 10; ++i) {
-    w.Add({.t = t0 + milliseconds(10 * i), .busy_s = 0.01 * (i + 1), .decode = 32u * (i + 1)});
-  }
+  for (int i = 0; i <= 10; ++i) steps.Step(10, 0, 32);
   EXPECT_NEAR(w.rates().decode_per_s, 3200, 1e-6);
   EXPECT_NEAR(w.rates().decode_per_busy_s, 3200, 1e-6);
 }
@@ -33,21 +52,10 @@ TEST(RateWindowTest, TheFirstStepAfterAnIdleGapKeepsTheBusyRate) {
 
 TEST(RateWindowTest, OldSamplesLeaveTheWindow) {
   RateWindow w(std::chrono::seconds(2));
-  const auto t0 = RateWindow::Clock::time_point{};
+  Steps steps(w);
   // 1 s of slow steps (8 tokens / 10 ms), then 3 s of fast ones (64 / 10 ms).
-  double busy = 0;
-  uint64_t decode = 0;
-  int ms = 0;
-  for (; ms < 1000; ms += 10) {
-    busy += 0.01;
-    decode += 8;
-    w.Add({.t = t0 + milliseconds(ms), .busy_s = busy, .decode = decode});
-  }
-  for (; ms < 4000; ms += 10) {
-    busy += 0.01;
-    decode += 64;
-    w.Add({.t = t0 + milliseconds(ms), .busy_s = busy, .decode = decode});
-  }
+  for (int i = 0; i < 100; ++i) steps.Step(10, 0, 8);
+  for (int i = 0; i < 300; ++i) steps.Step(10, 0, 64);
   EXPECT_NEAR(w.rates().decode_per_busy_s, 6400, 1e-6);
   EXPECT_NEAR(w.rates().decode_per_s, 6400, 1e-6);
 }
@@ -63,36 +71,27 @@ TEST(RateWindowTest, PrefillOnlyStepsReadAsNoDecode) {
 
 TEST(RateWindowTest, PrefillTimeInMixedStepsIsNotDecodeTime) {
   RateWindow w;
-  const auto t0 = RateWindow::Clock::time_point{};
-  double busy = 0;
-  uint64_t prefill = 0, decode = 0;
-  int ms = 0;
-  auto step = [&](int step_ms, uint64_t p, uint64_t d) {
-    busy += step_ms / 1000.0;
-    prefill += p;
-    decode += d;
-    w.Add({.t = t0 + milliseconds(ms), .busy_s = busy, .decode = decode, .prefill = prefill});
-    ms += step_ms;
-  };
+  Steps steps(w);
   // No prefill-only step yet: a mixed step's whole time counts as decoding.
-  step(10, 0, 8);
-  step(148, 2048, 31);
+  steps.Step(10, 0, 8);
+  steps.Step(148, 2048, 31);
   EXPECT_NEAR(w.rates().decode_per_busy_s, 31 / 0.148, 1e-6);
   EXPECT_EQ(w.rates().best_prefill_per_s, 0);
   // A prefill-only step: 2,048 tokens in 128 ms, 16,000 tokens/s.
-  step(128, 2048, 0);
+  steps.Step(128, 2048, 0);
   EXPECT_NEAR(w.rates().best_prefill_per_s, 16000, 1e-6);
   // A mixed step: 2,048 prefill tokens (128 ms at that rate) beside 31 decode rows, 160 ms.
   // The window's 148 + 128 + 160 ms of steps (the first sample's step is before its interval)
   // hold 3 x 2,048 prefill tokens, 384 ms: 52 ms of decoding for 62 decode tokens.
-  step(160, 2048, 31);
+  steps.Step(160, 2048, 31);
   EXPECT_NEAR(w.rates().decode_per_busy_s, 62 / 0.052, 1e-6);
   // Decode-only steps keep their whole time.
-  for (int i = 0; i < 300; ++i) step(20, 0, 32);
+  for (int i = 0; i < 300; ++i) steps.Step(20, 0, 32);
   EXPECT_NEAR(w.rates().decode_per_busy_s, 1600, 1e-6);
   // A prefill rate too low for later steps never leaves them less than a tenth decoding: a
   // slow prefill-only step (1,000 tokens/s), then 4,096 prefill tokens and 10 decode rows in
   // 100 ms.
+  const auto t0 = RateWindow::Clock::time_point{};
   RateWindow slow;
   slow.Add({.t = t0});
   slow.Add({.t = t0 + milliseconds(1000), .busy_s = 1.0, .prefill = 1000});
