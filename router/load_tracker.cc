@@ -26,10 +26,11 @@ struct LoadTracker::State {
   struct Own {
     WorkerLoad reported;
     uint64_t reports = 0;                // reports received
-    int64_t pending_prefill_tokens = 0;  // picked, first token not yet seen
-    int64_t pending_since_last = 0;      // of those, picked since the last report
-    int64_t pending_since_previous = 0;  // picked between the last two reports
-    int32_t pending_prefill_requests = 0;
+    // Uncached prompt tokens of the requests picked, first token not yet seen: those picked
+    // since the last report, and those picked between the last two reports.
+    int64_t pending_since_last = 0;
+    int64_t pending_since_previous = 0;
+    int32_t pending_prefill_requests = 0;  // picked, first token not yet seen
     int32_t in_flight = 0;  // picked, not finished
   };
   struct Request {
@@ -43,7 +44,6 @@ struct LoadTracker::State {
 
   // The request's prefill is done or abandoned: its tokens leave the sums that hold them.
   static void ReleasePrefill(Own& own, const Request& r) {
-    own.pending_prefill_tokens -= r.uncached;
     --own.pending_prefill_requests;
     if (r.reports_at_pick == own.reports) {
       own.pending_since_last -= r.uncached;
@@ -83,7 +83,6 @@ Status LoadTracker::OnPicked(RequestId request, WorkerId worker, int64_t uncache
   const int64_t uncached = std::max<int64_t>(0, uncached_prompt_tokens);
   State::Own& own = state_->workers[worker];
   it->second = State::Request{worker, uncached, true, own.reports};
-  own.pending_prefill_tokens += uncached;
   own.pending_since_last += uncached;
   ++own.pending_prefill_requests;
   ++own.in_flight;
