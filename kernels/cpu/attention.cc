@@ -89,7 +89,7 @@ int32_t Threads(const ThreadPool& pool, int32_t requested) {
 // The workspace's pieces, from a (possibly unaligned) base pointer.
 struct WorkspaceLayout {
   size_t o_part = 0, m_part = 0, l_part = 0, seq_o = 0, seq_m = 0, seq_l = 0, seg_begin = 0,
-         seg_task_begin = 0, total = 0;
+         seg_task_begin = 0, seg_first = 0, total = 0;
 };
 
 WorkspaceLayout LayoutFor(const TppPlanView& plan, int32_t num_qo_heads, int32_t head_dim) {
@@ -116,6 +116,8 @@ WorkspaceLayout LayoutFor(const TppPlanView& plan, int32_t num_qo_heads, int32_t
   at += AlignUp(ints * sizeof(int32_t));
   w.seg_task_begin = at;
   at += AlignUp(ints * sizeof(int32_t));
+  w.seg_first = at;
+  at += AlignUp(static_cast<size_t>(plan.num_shared));
   w.total = at + kAlign;  // slack to align the caller's pointer
   return w;
 }
@@ -164,8 +166,10 @@ void BuildSegments(const TppPlanView& plan, int32_t num_kv_heads, int32_t group,
     }
     const int64_t run = j - i;
     const int64_t pieces = (run + max_chunks - 1) / max_chunks;
+    for (int32_t c = i; c < j; ++c) ws->seg_first[c] = 0;
     for (int64_t k = 0; k < pieces; ++k) {
       ws->seg_begin[num_segments] = static_cast<int32_t>(i + run * k / pieces);
+      ws->seg_first[ws->seg_begin[num_segments]] = 1;
       ws->seg_task_begin[num_segments] = static_cast<int32_t>(tasks);
       tasks += tasks_of(i);
       ++num_segments;
@@ -218,6 +222,7 @@ KernelStatus TppDecode(const TppDecodeParams& p) {
     ws.seq_l = reinterpret_cast<float*>(base + layout.seq_l);
     ws.seg_begin = reinterpret_cast<int32_t*>(base + layout.seg_begin);
     ws.seg_task_begin = reinterpret_cast<int32_t*>(base + layout.seg_task_begin);
+    ws.seg_first = base + layout.seg_first;
     BuildSegments(p.plan, p.kv.num_kv_heads, p.num_qo_heads / p.kv.num_kv_heads, p.kv.head_dim,
                   p.pool->scratch_bytes(), threads, &ws);
   }

@@ -172,6 +172,7 @@ struct BlockTemps {
   float* vc;     // [chunk_size][dp]     V widened / padded to fp32
   float* alpha;  // [kBlockRows]         this chunk's rescale of o
   float* pos;    // [kBlockRows]         query positions (prefill)
+  float* cmax;   // [kBlockRows]         this chunk's largest score per row (unmasked)
 };
 
 struct BlockHead {
@@ -193,6 +194,7 @@ BlockTemps CarveBlockTemps(void* base, int d, int c) {
   p += static_cast<size_t>(c) * dp;
   t.alpha = p;
   t.pos = p + kBlockRows;
+  t.cmax = p + 2 * kBlockRows;
   return t;
 }
 
@@ -258,6 +260,9 @@ constexpr int kPvVecs = 2;
 #endif
 constexpr int kQkRows = 2 * TileOps::kLanes;
 constexpr int kPvDims = kPvVecs * TileOps::kLanes;
+// An S^T tile takes one prefetch Step() per kStepDims head dims: a few lines at a time, spread
+// evenly (every 32 dims, 22-line bursts, measured 1-2% slower at full sharing).
+constexpr int kStepDims = 8;
 
 // A vector of Ops' width of KV elements, widened to fp32.
 template <typename Ops, DType kDt>
@@ -281,10 +286,11 @@ inline void WithCount(int n, F&& f) {
 }
 
 // S^T[t][r] for kNt tokens x kNv vectors of rows: broadcast K[t][j], multiply by the row vector
-// Q^T[j].
+// Q^T[j]. With cmax, also folds the tile's largest score of each row into cmax[r] (the softmax's
+// chunk maximum, taken here from the registers instead of by another pass over S^T).
 template <typename Ops, int kNt, int kNv, int kD>
 inline void QkTile(const float* k, int ldk, const float* qt, int rp, int d_runtime, float* st,
-                   PrefetchStream& prefetch) {
+                   float* cmax, PrefetchStream& prefetch) {
   using V = typename Ops::V;
   constexpr int kL = Ops::kLanes;
   const int d = kD > 0 ? kD : d_runtime;
@@ -298,8 +304,8 @@ inline void QkTile(const float* k, int ldk, const float* qt, int rp, int d_runti
 #pragma GCC unroll 16
     for (int v = 0; v < kNv; ++v) acc[t][v] = Ops::Zero();
   }
-  for (int j0 = 0; j0 < d; j0 += 32) {
-    const int j1 = std::min(d, j0 + 32);
+  for (int j0 = 0; j0 < d; j0 += kStepDims) {
+    const int j1 = std::min(d, j0 + kStepDims);
     for (int j = j0; j < j1; ++j) {
       V qv[kNv];
 #pragma GCC unroll 16
@@ -318,22 +324,33 @@ inline void QkTile(const float* k, int ldk, const float* qt, int rp, int d_runti
 #pragma GCC unroll 16
     for (int v = 0; v < kNv; ++v) Ops::Store(st + static_cast<int64_t>(t) * rp + kL * v, acc[t][v]);
   }
+  if (cmax != nullptr) {
+#pragma GCC unroll 16
+    for (int v = 0; v < kNv; ++v) {
+      V mx = acc[0][v];
+#pragma GCC unroll 16
+      for (int t = 1; t < kNt; ++t) mx = Ops::Max(mx, acc[t][v]);
+      Ops::Store(cmax + kL * v, Ops::Max(Ops::Load(cmax + kL * v), mx));
+    }
+  }
 }
 
 // S^T = K Q^T for len tokens and rp (multiple of 8) rows. Token tiles outermost: the K rows of a
 // tile stay in L1 while every row tile of Q^T (at most kBlockRows x head_dim, also L1) passes by.
 // Rows left over by the wide tiles (8 with AVX-512 when rp is not a multiple of 16) take an 8-lane
 // tile.
+// With cmax (rp floats), also leaves each row's largest score of the chunk there.
 template <int kD>
 void QkBlock(const float* k, int ldk, int len, const float* qt, int rp, int d, float* st,
-             PrefetchStream& prefetch) {
+             float* cmax, PrefetchStream& prefetch) {
+  if (cmax != nullptr) std::fill(cmax, cmax + rp, kNegInf);
   if constexpr (TileOps::kLanes == 16) {
     if (rp == 4 * TileOps::kLanes) {  // a full block: 6 tokens x 64 rows, 10 loads per 24 FMAs
       for (int t0 = 0; t0 < len; t0 += 6) {
         WithCount<6>(std::min(6, len - t0), [&](auto tokens) {
           QkTile<TileOps, decltype(tokens)::value, 4, kD>(
               k + static_cast<int64_t>(t0) * ldk, ldk, qt, rp, d,
-              st + static_cast<int64_t>(t0) * rp, prefetch);
+              st + static_cast<int64_t>(t0) * rp, cmax, prefetch);
         });
       }
       return;
@@ -345,15 +362,16 @@ void QkBlock(const float* k, int ldk, int len, const float* qt, int rp, int d, f
     for (int r0 = 0; r0 < rp;) {
       float* s = st + static_cast<int64_t>(t0) * rp + r0;
       const float* q0 = qt + r0;
+      float* m0 = cmax != nullptr ? cmax + r0 : nullptr;
       const int left = rp - r0;
       WithCount<kQkTokens>(nt, [&](auto tokens) {
         constexpr int kNt = decltype(tokens)::value;
         if (left >= kQkRows) {
-          QkTile<TileOps, kNt, 2, kD>(kt, ldk, q0, rp, d, s, prefetch);
+          QkTile<TileOps, kNt, 2, kD>(kt, ldk, q0, rp, d, s, m0, prefetch);
         } else if (left >= TileOps::kLanes) {
-          QkTile<TileOps, kNt, 1, kD>(kt, ldk, q0, rp, d, s, prefetch);
+          QkTile<TileOps, kNt, 1, kD>(kt, ldk, q0, rp, d, s, m0, prefetch);
         } else {
-          QkTile<NarrowOps, kNt, 1, kD>(kt, ldk, q0, rp, d, s, prefetch);
+          QkTile<NarrowOps, kNt, 1, kD>(kt, ldk, q0, rp, d, s, m0, prefetch);
         }
       });
       r0 += left >= kQkRows ? kQkRows : (left >= TileOps::kLanes ? TileOps::kLanes : 8);
@@ -362,18 +380,20 @@ void QkBlock(const float* k, int ldk, int len, const float* qt, int rp, int d, f
 }
 
 // Online softmax over one chunk, vectorized over rows: S^T (base-2 scores) becomes P^T, and
-// m, l, alpha are updated. kMasked: keys at position first_pos + t > pos[r] are dropped, and a row
-// that has seen no key yet (m = -inf) takes its exponents relative to 0, so that
-// exp2(-inf - (-inf)) = NaN never happens: such a row keeps o = 0, l = 0.
+// m, l, alpha are updated. Unmasked, cmax[r] holds the chunk's largest score of row r (QkBlock
+// leaves it). kMasked: keys at position first_pos + t > pos[r] are dropped (and the maximum taken
+// here, over what is left), and a row that has seen no key yet (m = -inf) takes its exponents
+// relative to 0, so that exp2(-inf - (-inf)) = NaN never happens: such a row keeps o = 0, l = 0.
 // Rows [r, r + Ops::kLanes) of SoftmaxBlock.
 template <typename Ops, bool kMasked>
 inline void SoftmaxRows(int r, float* st, int len, int rp, float* m, float* l, float* alpha,
-                        const float* pos, int first_pos) {
+                        const float* pos, int first_pos, const float* cmax) {
   using V = typename Ops::V;
-  const V neg_inf = Ops::Set1(kNegInf);
-  V mc = neg_inf;
-  if (kMasked) {
+  V mc;
+  if constexpr (kMasked) {
+    const V neg_inf = Ops::Set1(kNegInf);
     const V p = Ops::Load(pos + r);
+    mc = neg_inf;
     for (int t = 0; t < len; ++t) {
       float* s = st + static_cast<int64_t>(t) * rp + r;
       const V masked =
@@ -382,34 +402,45 @@ inline void SoftmaxRows(int r, float* st, int len, int rp, float* m, float* l, f
       mc = Ops::Max(mc, masked);
     }
   } else {
-    for (int t = 0; t < len; ++t)
-      mc = Ops::Max(mc, Ops::Load(st + static_cast<int64_t>(t) * rp + r));
+    mc = Ops::Load(cmax + r);
   }
   const V m_old = Ops::Load(m + r);
   const V m_new = Ops::Max(m_old, mc);
   const V m_use = kMasked ? Ops::ReplaceNegInf(m_new, 0.0f) : m_new;
   const V a = Ops::Exp2(Ops::Sub(m_old, m_use));  // m_old = -inf -> 0
-  V sum = Ops::Zero();
-  for (int t = 0; t < len; ++t) {
+  // Four running sums: one would make the pass wait on the adds' latency.
+  V sum[4] = {Ops::Zero(), Ops::Zero(), Ops::Zero(), Ops::Zero()};
+  int t = 0;
+  for (; t + 4 <= len; t += 4) {
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) {
+      float* s = st + static_cast<int64_t>(t + u) * rp + r;
+      const V p = Ops::Exp2(Ops::Sub(Ops::Load(s), m_use));
+      Ops::Store(s, p);
+      sum[u] = Ops::Add(sum[u], p);
+    }
+  }
+  for (; t < len; ++t) {
     float* s = st + static_cast<int64_t>(t) * rp + r;
     const V p = Ops::Exp2(Ops::Sub(Ops::Load(s), m_use));
     Ops::Store(s, p);
-    sum = Ops::Add(sum, p);
+    sum[0] = Ops::Add(sum[0], p);
   }
-  Ops::Store(l + r, Ops::Fma(Ops::Load(l + r), a, sum));
+  const V total = Ops::Add(Ops::Add(sum[0], sum[1]), Ops::Add(sum[2], sum[3]));
+  Ops::Store(l + r, Ops::Fma(Ops::Load(l + r), a, total));
   Ops::Store(m + r, m_new);
   Ops::Store(alpha + r, a);
 }
 
 template <bool kMasked>
 void SoftmaxBlock(float* st, int len, int rp, float* m, float* l, float* alpha, const float* pos,
-                  int first_pos) {
+                  int first_pos, const float* cmax) {
   int r = 0;
   for (; r + TileOps::kLanes <= rp; r += TileOps::kLanes) {
-    SoftmaxRows<TileOps, kMasked>(r, st, len, rp, m, l, alpha, pos, first_pos);
+    SoftmaxRows<TileOps, kMasked>(r, st, len, rp, m, l, alpha, pos, first_pos, cmax);
   }
   for (; r < rp; r += 8)
-    SoftmaxRows<NarrowOps, kMasked>(r, st, len, rp, m, l, alpha, pos, first_pos);
+    SoftmaxRows<NarrowOps, kMasked>(r, st, len, rp, m, l, alpha, pos, first_pos, cmax);
 }
 
 // O[kNr rows][kNv vectors of dims] = O * alpha + P V over len tokens; P^T columns are the rows.
@@ -498,8 +529,27 @@ void AttendBlock(const KvCacheView& kv, int32_t h0, int32_t h1, const ChunkRange
   for (int32_t h = h0; h < h1; ++h) {
     const BlockHead b = CarveBlockHead(scratch, d, c, nrows, h - h0);
     map.head0 = h * map.group;
-    // Q^T, scaled; rows past nrows are zero so their (unused) scores stay finite.
-    for (int r = 0; r < nrows; ++r) {
+    // Q^T, scaled, in 8 x 8 blocks; rows past nrows are zero so their (unused) scores stay finite.
+    const F8 scale = Set1(scale2);
+    const int d8 = d & ~7;
+    int r0 = 0;
+    for (; r0 + 8 <= nrows; r0 += 8) {
+      const float* qrows[8];
+      for (int i = 0; i < 8; ++i) qrows[i] = q + map.Index(row0 + r0 + i) * d;
+      for (int j0 = 0; j0 < d8; j0 += 8) {
+        F8 blk[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) blk[i] = Mul(Load(qrows[i] + j0), scale);
+        Transpose8(blk);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) Store(b.qt + static_cast<int64_t>(j0 + i) * rp + r0, blk[i]);
+      }
+      for (int j = d8; j < d; ++j) {
+        for (int i = 0; i < 8; ++i)
+          b.qt[static_cast<int64_t>(j) * rp + r0 + i] = qrows[i][j] * scale2;
+      }
+    }
+    for (int r = r0; r < nrows; ++r) {
       const float* qrow = q + map.Index(row0 + r) * d;
       for (int j = 0; j < d; ++j) b.qt[static_cast<int64_t>(j) * rp + r] = qrow[j] * scale2;
     }
@@ -543,7 +593,7 @@ void AttendBlock(const KvCacheView& kv, int32_t h0, int32_t h1, const ChunkRange
       if (next_head || (i + 1 < chunks.end && !(kCausal && first_pos + c > pos_max))) {
         const int64_t steps =
             static_cast<int64_t>((rp + kQkRows - 1) / kQkRows) *
-                ((len + kQkTokens - 1) / kQkTokens) * ((d + 31) / 32) +
+                ((len + kQkTokens - 1) / kQkTokens) * ((d + kStepDims - 1) / kStepDims) +
             static_cast<int64_t>((dp + kPvDims - 1) / kPvDims) * ((nrows + kPvRows - 1) / kPvRows);
         const int32_t next_slot = next_head ? chunks.slot[i] : chunks.slot[i + 1];
         const int32_t next_h = next_head ? h + 1 : h0;
@@ -555,8 +605,11 @@ void AttendBlock(const KvCacheView& kv, int32_t h0, int32_t h1, const ChunkRange
 
       // The tiles below walk K and V column-wise, which the hardware prefetcher does not follow.
       // With many rows there is enough compute per chunk for the software prefetch to hide that;
-      // with few, read both blocks in address order first.
-      if (rp <= 16) TouchLines(kb, vb, static_cast<int64_t>(len) * d * sizeof(T));
+      // with few, read both blocks in address order first. So too the task's first blocks, which
+      // nothing prefetched (full sharing, one thread: 3% faster).
+      if (rp <= 16 || (i == chunks.begin && h == h0)) {
+        TouchLines(kb, vb, static_cast<int64_t>(len) * d * sizeof(T));
+      }
       const float* kf;
       int ldk;
       if constexpr (kDt == DType::kF32) {
@@ -567,11 +620,11 @@ void AttendBlock(const KvCacheView& kv, int32_t h0, int32_t h1, const ChunkRange
         kf = s.kc;
         ldk = dp;
       }
-      QkBlock<kD>(kf, ldk, len, b.qt, rp, d, s.st, prefetch);
+      QkBlock<kD>(kf, ldk, len, b.qt, rp, d, s.st, masked ? nullptr : s.cmax, prefetch);
       if (masked) {
-        SoftmaxBlock<true>(s.st, len, rp, b.m, b.l, s.alpha, s.pos, first_pos);
+        SoftmaxBlock<true>(s.st, len, rp, b.m, b.l, s.alpha, s.pos, first_pos, nullptr);
       } else {
-        SoftmaxBlock<false>(s.st, len, rp, b.m, b.l, s.alpha, s.pos, first_pos);
+        SoftmaxBlock<false>(s.st, len, rp, b.m, b.l, s.alpha, nullptr, 0, s.cmax);
       }
       const float* vf;
       int ldv;
@@ -725,6 +778,7 @@ struct PartialSource {
   const float* o_part = nullptr;
   const float* m_part = nullptr;
   const float* l_part = nullptr;
+  const uint8_t* seg_first = nullptr;  // TppWorkspace::seg_first
 };
 
 // A streaming unit: up to kMaxRowsPerPass query rows, rows [row0, row0 + nr) of `map`, all using
@@ -774,14 +828,16 @@ void InitUnit(const SeqUnit& u, const float* q, int d, int dp, float scale2) {
   }
 }
 
-// Merges the chunk-first partials of the sequence's shared chunks (paper Eq. 2), in base 2. An
-// empty partial (m = -inf: a chunk whose rows another chunk of its run carries) is skipped without
-// touching its o; m = -inf on our side gives weight exp2(-inf) = 0.
+// Merges the chunk-first partials of the sequence's shared chunks (paper Eq. 2), in base 2: one per
+// segment, in the partial rows of its first chunk (the other chunks' rows are not written). An
+// empty partial (m = -inf) is skipped without touching its o; m = -inf on our side gives weight
+// exp2(-inf) = 0.
 void MergePartials(const SeqUnit& u, const PartialSource& partials, int32_t seq,
                    int32_t num_qo_heads, int dp) {
   const TppPlanView& plan = *partials.plan;
   for (int32_t j = plan.seq_shared_indptr[seq]; j < plan.seq_shared_indptr[seq + 1]; ++j) {
     const int32_t i = plan.seq_shared_ids[j];
+    if (partials.seg_first[i] == 0) continue;
     // The unit's rows are consecutive query heads of `seq`; their partial rows are consecutive.
     const int64_t prow =
         (static_cast<int64_t>(plan.shared_partial_offset[i]) + seq - plan.shared_seq_begin[i]) *
@@ -978,8 +1034,7 @@ void StreamChunks(const Context& ctx, int32_t h0, int32_t h1, const ChunkRange& 
 }
 
 // Phase 1: task -> (segment, range of KV heads, row block); writes the segment's partial rows for
-// that block (in its first chunk's slots) and marks the same rows of the segment's other chunks
-// empty.
+// that block, in its first chunk's slots.
 template <DType kDt, int kD>
 struct ChunkFirstTask {
   static void Run(void* ctx_ptr, int64_t begin, int64_t end, int32_t thread_index) {
@@ -1040,15 +1095,6 @@ struct ChunkFirstTask {
           ws.m_part[idx] = m[r] * kLn2;
           ws.l_part[idx] = l[r];
         }
-        for (int32_t i = i0 + 1; i < i1; ++i) {
-          const RowMap empty{plan.shared_partial_offset[i], ctx.group, h * ctx.group,
-                             ctx.num_qo_heads};
-          for (int r = 0; r < nrows; ++r) {
-            const int64_t idx = empty.Index(row0 + r);
-            ws.m_part[idx] = kNegInf;
-            ws.l_part[idx] = 0.0f;
-          }
-        }
       }
     }
   }
@@ -1076,6 +1122,7 @@ struct SequenceTask {
       partials.o_part = ctx.ws->o_part;
       partials.m_part = ctx.ws->m_part;
       partials.l_part = ctx.ws->l_part;
+      partials.seg_first = ctx.ws->seg_first;
     }
     auto unit = [&](int32_t seq, int32_t h0, int32_t h, int p) {
       SeqUnit u =
@@ -1139,10 +1186,10 @@ struct SequenceBlockTask {
     const int d = kD > 0 ? kD : ctx.kv.head_dim;
     const int dp = RoundUp8(d);
     void* scratch = ctx.pool->scratch(thread_index);
-    const PartialSource partials =
-        ctx.plan == nullptr
-            ? PartialSource{}
-            : PartialSource{ctx.plan, ctx.ws->o_part, ctx.ws->m_part, ctx.ws->l_part};
+    const PartialSource partials = ctx.plan == nullptr
+                                       ? PartialSource{}
+                                       : PartialSource{ctx.plan, ctx.ws->o_part, ctx.ws->m_part,
+                                                       ctx.ws->l_part, ctx.ws->seg_first};
     for (int64_t task = begin; task < end; ++task) {
       const auto [seq, h0, h1] = SequenceTaskHeads(ctx, task);
       const ChunkRange chunks{ctx.chunk_slot, ctx.chunk_len, ctx.chunk_indptr[seq],
@@ -1204,7 +1251,8 @@ void MergeTask(void* ctx_ptr, int64_t begin, int64_t end, int32_t /*thread_index
   const int d = ctx.kv.head_dim;
   const int dp = RoundUp8(d);
   const int passes = (ctx.group + kMaxRowsPerPass - 1) / kMaxRowsPerPass;
-  const PartialSource partials{ctx.plan, ctx.ws->o_part, ctx.ws->m_part, ctx.ws->l_part};
+  const PartialSource partials{ctx.plan, ctx.ws->o_part, ctx.ws->m_part, ctx.ws->l_part,
+                               ctx.ws->seg_first};
   for (int64_t task = begin; task < end; ++task) {
     const auto [seq, h0, h1] = SequenceTaskHeads(ctx, task);
     for (int32_t h = h0; h < h1; ++h) {

@@ -37,7 +37,7 @@ inline int32_t PaddedHeadDim(int32_t head_dim) { return (head_dim + 7) & ~7; }
 // temporaries shared by its KV heads, and the state of one KV head for blocks of `rows` rows.
 inline int64_t BlockTempFloats(int32_t head_dim, int32_t chunk_size) {
   const int64_t dp = PaddedHeadDim(head_dim);
-  return int64_t{chunk_size} * kBlockRows + 2 * int64_t{chunk_size} * dp + 2 * int64_t{kBlockRows};
+  return int64_t{chunk_size} * kBlockRows + 2 * int64_t{chunk_size} * dp + 3 * int64_t{kBlockRows};
 }
 inline int64_t BlockHeadFloats(int32_t head_dim, int32_t rows) {
   const int64_t rp = (rows + 7) & ~7;
@@ -79,6 +79,9 @@ struct TppWorkspace {
   float* seq_l = nullptr;
   int32_t* seg_begin = nullptr;       // [num_segments + 1]
   int32_t* seg_task_begin = nullptr;  // [num_segments + 1]
+  // [num_shared]: 1 where a shared chunk begins a segment (its partial rows hold the segment's
+  // partial); the partial rows of the segment's other chunks are never written nor read.
+  uint8_t* seg_first = nullptr;
   int32_t num_segments = 0;
   int32_t stream_heads_per_task = 1;
 };

@@ -90,6 +90,17 @@ inline F8 ReduceAdd8(const F8* a) {
   return r;
 }
 
+// Transposes the 8 x 8 matrix whose rows are a[0..7] in place.
+inline void Transpose8(F8* a) {
+  for (int i = 0; i < 8; ++i) {
+    for (int j = i + 1; j < 8; ++j) {
+      const float x = a[i].v[j];
+      a[i].v[j] = a[j].v[i];
+      a[j].v[i] = x;
+    }
+  }
+}
+
 // See simd_avx2.h: the same range reduction and polynomial.
 inline F8 Exp2(F8 x) {
   F8 r;

@@ -68,6 +68,35 @@ inline F8 ReduceAdd8(const F8* a) {
                         _mm256_permute2f128_ps(h0123, h4567, 0x31))};
 }
 
+// Transposes the 8 x 8 matrix whose rows are a[0..7] in place: afterwards a[i] holds lane i of
+// every input row.
+inline void Transpose8(F8* a) {
+  const __m256 t0 = _mm256_unpacklo_ps(a[0].v, a[1].v);
+  const __m256 t1 = _mm256_unpackhi_ps(a[0].v, a[1].v);
+  const __m256 t2 = _mm256_unpacklo_ps(a[2].v, a[3].v);
+  const __m256 t3 = _mm256_unpackhi_ps(a[2].v, a[3].v);
+  const __m256 t4 = _mm256_unpacklo_ps(a[4].v, a[5].v);
+  const __m256 t5 = _mm256_unpackhi_ps(a[4].v, a[5].v);
+  const __m256 t6 = _mm256_unpacklo_ps(a[6].v, a[7].v);
+  const __m256 t7 = _mm256_unpackhi_ps(a[6].v, a[7].v);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44);
+  const __m256 u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44);
+  const __m256 u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44);
+  const __m256 u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44);
+  const __m256 u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  a[0].v = _mm256_permute2f128_ps(u0, u4, 0x20);
+  a[1].v = _mm256_permute2f128_ps(u1, u5, 0x20);
+  a[2].v = _mm256_permute2f128_ps(u2, u6, 0x20);
+  a[3].v = _mm256_permute2f128_ps(u3, u7, 0x20);
+  a[4].v = _mm256_permute2f128_ps(u0, u4, 0x31);
+  a[5].v = _mm256_permute2f128_ps(u1, u5, 0x31);
+  a[6].v = _mm256_permute2f128_ps(u2, u6, 0x31);
+  a[7].v = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
 // 2^x for x <= 127: x = n + f with n = round(x), f in [-1/2, 1/2]; 2^f by exp2_poly.h's
 // polynomial, 2^n by building the exponent bits. x < -126.5
 // (including -inf) gives 0: n = -127 makes the exponent field 0.

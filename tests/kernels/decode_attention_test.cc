@@ -77,10 +77,11 @@ class DecodeAttentionTest : public ::testing::TestWithParam<Case> {
     const float sm_scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
     const std::vector<float> want = NaiveDecode(arena, layout, q, sm_scale);
 
-    // TPP, with a workspace that is deliberately misaligned by 4 bytes.
+    // TPP, with a workspace that is deliberately misaligned by 4 bytes and filled with NaN (0xff
+    // bytes), so that reading a partial row no task wrote fails the check.
     const TppPlanView plan = layout.Plan();
     std::vector<unsigned char> workspace(
-        TppDecodeWorkspaceBytes(plan, shape.num_qo_heads, shape.head_dim) + 4);
+        TppDecodeWorkspaceBytes(plan, shape.num_qo_heads, shape.head_dim) + 4, 0xff);
     std::vector<float> got(n, 12345.0f);
     TppDecodeParams tp;
     tp.q = q.data();
