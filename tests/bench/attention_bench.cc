@@ -246,10 +246,10 @@ struct Timing {
 };
 
 template <typename F>
-Timing Time(int32_t iters, bool warm, F run) {
+Timing Time(int32_t iters, bool warm, kc::ThreadPool& pool, F run) {
   std::vector<double> ms;
   for (int32_t i = 0; i < iters; ++i) {
-    if (!warm) FlushCaches();
+    if (!warm) FlushCaches(&pool);
     const auto start = Clock::now();
     run();
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
@@ -259,12 +259,12 @@ Timing Time(int32_t iters, bool warm, F run) {
 
 // Times several implementations with their iterations interleaved (a, b, c, a, b, c, ...), so that
 // on a machine whose available bandwidth drifts (shared hosts do) they all see the same conditions.
-std::vector<Timing> TimeInterleaved(int32_t iters, bool warm,
+std::vector<Timing> TimeInterleaved(int32_t iters, bool warm, kc::ThreadPool& pool,
                                     const std::vector<std::function<void()>>& runs) {
   std::vector<std::vector<double>> ms(runs.size());
   for (int32_t i = 0; i < iters; ++i) {
     for (size_t k = 0; k < runs.size(); ++k) {
-      if (!warm) FlushCaches();
+      if (!warm) FlushCaches(&pool);
       const auto start = Clock::now();
       runs[k]();
       ms[k].push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
@@ -423,7 +423,7 @@ bool RunConfig(const Options& o, const Config& cfg, MachinePeaks& peaks, kc::Thr
   RemeasureMachinePeaks(&peaks);
   if (run_naive) {
     Result r{"naive",
-             Time(std::max(1, std::min(o.naive_iters, o.iters)), o.warm,
+             Time(std::max(1, std::min(o.naive_iters, o.iters)), o.warm, pool,
                   [&] { (void)kc::NaiveAttention(np); }),
              true};
     const double diff = MaxAbsDiff(o_tpp, o_naive);
@@ -462,7 +462,7 @@ bool RunConfig(const Options& o, const Config& cfg, MachinePeaks& peaks, kc::Thr
       runs.push_back([&, i] { (void)kc::TppDecode(isa_params[i]); });
     }
   }
-  const std::vector<Timing> timings = TimeInterleaved(o.iters, o.warm, runs);
+  const std::vector<Timing> timings = TimeInterleaved(o.iters, o.warm, pool, runs);
   for (size_t k = 0; k < names.size(); ++k) results->push_back({names[k], timings[k], true});
   RemeasureMachinePeaks(&peaks);
   return true;

@@ -253,16 +253,31 @@ void RemeasureMachinePeaks(MachinePeaks* peaks) {
   MeasureFmaPeaks(peaks);
 }
 
-void FlushCaches() {
+void FlushCaches(kernels::cpu::ThreadPool* pool) {
   static const size_t bytes = LastLevelCacheBytes() * 3;
   static unsigned char* buf = static_cast<unsigned char*>(AllocateLarge(bytes));
   if (buf == nullptr) return;
   static unsigned char round = 0;
   ++round;
-  std::memset(buf, round, bytes);
-  unsigned sum = 0;
-  for (size_t i = 0; i < bytes; i += 64) sum += buf[i];
-  g_sink.store(static_cast<float>(sum), std::memory_order_relaxed);
+  // Many more parts than threads: the pool hands them out as its threads wake, so each takes some.
+  constexpr int64_t kParts = 64;
+  std::atomic<unsigned> sum{0};
+  auto part = [&](int64_t begin, int64_t end, int32_t) {
+    for (int64_t k = begin; k < end; ++k) {
+      const size_t lo = bytes * static_cast<size_t>(k) / kParts / 64 * 64;
+      const size_t hi = bytes * static_cast<size_t>(k + 1) / kParts / 64 * 64;
+      std::memset(buf + lo, round, hi - lo);
+      unsigned s = 0;
+      for (size_t i = lo; i < hi; i += 64) s += buf[i];
+      sum.fetch_add(s, std::memory_order_relaxed);
+    }
+  };
+  if (pool != nullptr) {
+    pool->ParallelFor(kParts, 1, 0, part);
+  } else {
+    part(0, kParts, 0);
+  }
+  g_sink.store(static_cast<float>(sum.load()), std::memory_order_relaxed);
 }
 
 }  // namespace chunkserve::bench

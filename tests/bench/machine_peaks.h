@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/thread_pool.h"
+
 namespace chunkserve::bench {
 
 enum class FmaIsa : int32_t { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
@@ -20,11 +22,11 @@ const char* FmaIsaName(FmaIsa isa);  // "portable", "avx2", "avx512"
 
 struct MachinePeaks {
   int32_t threads = 1;
-  double read_gbs = 0.0;      // GB/s (1e9 bytes): the best measured so far
-  double fma_gflops = 0.0;    // GFLOP/s, fp32: the best measured so far, over every ISA
+  double read_gbs = 0.0;               // GB/s (1e9 bytes): the best measured so far
+  double fma_gflops = 0.0;             // GFLOP/s, fp32: the best measured so far, over every ISA
   FmaIsa fma_isa = FmaIsa::kPortable;  // the ISA that reached fma_gflops
   double fma_gflops_by_isa[3] = {};    // by FmaIsa; 0 for an ISA the CPU lacks
-  double read_gbs_low = 0.0;  // the worst bandwidth measured so far (shared machines vary)
+  double read_gbs_low = 0.0;           // the worst bandwidth measured so far (shared machines vary)
   size_t buffer_bytes = 0;
 };
 
@@ -40,8 +42,12 @@ double MeasureReadBandwidth(int32_t threads, size_t buffer_bytes, int32_t passes
 double MeasureFmaPeak(int32_t threads, FmaIsa isa);  // 0 when the CPU lacks `isa`
 
 // Evicts the caches by streaming a buffer of several times the last-level cache (reads and writes,
-// a few ms); benchmarks call it between timed iterations to measure cold-cache kernels.
-void FlushCaches();
+// a few ms); benchmarks call it between timed iterations to measure cold-cache kernels. With a
+// pool, its threads stream the buffer together: every core's private caches are evicted, and the
+// pool's threads are awake when the timed call starts, as they are between the layers of a decode
+// step (flushed from one thread, the pool's other threads had gone to sleep, and waking them cost
+// 50-80 us of a 3 ms attention call).
+void FlushCaches(kernels::cpu::ThreadPool* pool = nullptr);
 
 // Last-level cache size in bytes from sysconf, or 32 MiB when unknown.
 size_t LastLevelCacheBytes();
