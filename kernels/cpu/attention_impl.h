@@ -379,6 +379,20 @@ void QkBlock(const float* k, int ldk, int len, const float* qt, int rp, int d, f
   }
 }
 
+// The prefetch Step()s QkBlock and PvBlock take (their loops, counted).
+inline int64_t QkSteps(int len, int rp, int d) {
+  const int64_t per_tile = (d + kStepDims - 1) / kStepDims;
+  if (TileOps::kLanes == 16 && rp == 4 * TileOps::kLanes) return (len + 5) / 6 * per_tile;
+  const int row_tiles = rp / kQkRows + (rp % kQkRows >= TileOps::kLanes ? 1 : 0) +
+                        (rp % TileOps::kLanes != 0 ? 1 : 0);
+  return static_cast<int64_t>((len + kQkTokens - 1) / kQkTokens) * row_tiles * per_tile;
+}
+inline int64_t PvSteps(int nrows, int dp) {
+  const int dim_tiles = dp / kPvDims + (dp % kPvDims >= TileOps::kLanes ? 1 : 0) +
+                        (dp % TileOps::kLanes != 0 ? 1 : 0);
+  return static_cast<int64_t>(dim_tiles) * ((nrows + kPvRows - 1) / kPvRows);
+}
+
 // Online softmax over one chunk, vectorized over rows: S^T (base-2 scores) becomes P^T, and
 // m, l, alpha are updated. Unmasked, cmax[r] holds the chunk's largest score of row r (QkBlock
 // leaves it). kMasked: keys at position first_pos + t > pos[r] are dropped (and the maximum taken
@@ -591,10 +605,7 @@ void AttendBlock(const KvCacheView& kv, int32_t h0, int32_t h1, const ChunkRange
       PrefetchStream prefetch;
       const bool next_head = h + 1 < h1;
       if (next_head || (i + 1 < chunks.end && !(kCausal && first_pos + c > pos_max))) {
-        const int64_t steps =
-            static_cast<int64_t>((rp + kQkRows - 1) / kQkRows) *
-                ((len + kQkTokens - 1) / kQkTokens) * ((d + kStepDims - 1) / kStepDims) +
-            static_cast<int64_t>((dp + kPvDims - 1) / kPvDims) * ((nrows + kPvRows - 1) / kPvRows);
+        const int64_t steps = QkSteps(len, rp, d) + PvSteps(nrows, dp);
         const int32_t next_slot = next_head ? chunks.slot[i] : chunks.slot[i + 1];
         const int32_t next_h = next_head ? h + 1 : h0;
         const int next_len = next_head ? len : chunks.len[i + 1];
@@ -861,6 +872,20 @@ void MergePartials(const SeqUnit& u, const PartialSource& partials, int32_t seq,
   }
 }
 
+// The Step()s AttendChunk takes for a unit of nr rows and a chunk of len tokens: per group of 4, 2
+// or 1 rows, one per DotLinear group of 8 / rows tokens and one per 8 tokens of PvLinear. A
+// prefetch spread over fewer steps than are taken comes in bursts (with 4 rows, 64 lines every
+// 2 tokens where 16 were meant).
+inline int64_t UnitSteps(int nr, int len) {
+  int64_t steps = 0;
+  for (int r = 0; r < nr;) {
+    const int rows = nr - r >= 4 ? 4 : (nr - r >= 2 ? 2 : 1);
+    steps += len / (8 / rows) + (len + 7) / 8;
+    r += rows;
+  }
+  return steps;
+}
+
 // One chunk (len tokens of the unit's KV head) into the unit's online softmax.
 template <DType kDt, int kD>
 void AttendChunk(const SeqUnit& u, const typename Kv<kDt>::T* kb, const typename Kv<kDt>::T* vb,
@@ -1025,7 +1050,7 @@ void StreamChunks(const Context& ctx, int32_t h0, int32_t h1, const ChunkRange& 
         prefetch.Reset(BlockPtr<kDt>(kv.k, kv, chunks.slot[next_i], next_h),
                        BlockPtr<kDt>(kv.v, kv, chunks.slot[next_i], next_h),
                        static_cast<int64_t>(chunks.len[next_i]) * d * sizeof(typename Kv<kDt>::T),
-                       2 * static_cast<int64_t>((len + 7) / 8));
+                       UnitSteps(rows, len));
       }
       AttendChunk<kDt, kD>(unit(h), BlockPtr<kDt>(kv.k, kv, chunks.slot[i], h),
                            BlockPtr<kDt>(kv.v, kv, chunks.slot[i], h), len, d, prefetch);
@@ -1161,7 +1186,7 @@ struct SequenceTask {
                 BlockPtr<kDt>(kv.k, kv, ctx.chunk_slot[next_i], next_h),
                 BlockPtr<kDt>(kv.v, kv, ctx.chunk_slot[next_i], next_h),
                 static_cast<int64_t>(ctx.chunk_len[next_i]) * d * sizeof(typename Kv<kDt>::T),
-                2 * static_cast<int64_t>((len + 7) / 8));  // Step()s of one unit
+                UnitSteps(std::min(kMaxRowsPerPass, ctx.group), len));  // the first pass's
           }
           for (int p = 0; p < passes; ++p)
             AttendChunk<kDt, kD>(unit(seq, h0, h, p), kb, vb, len, d, prefetch);
