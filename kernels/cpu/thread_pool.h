@@ -7,7 +7,8 @@
 // 64-byte aligned) is allocated once, at construction.
 //
 // Idle workers spin for about 50 us after a job (decode calls come back to back, one per layer)
-// and then sleep on a futex, so an idle pool costs no CPU.
+// and then sleep on a futex, so an idle pool costs no CPU. The caller, once its own tasks are done,
+// spins up to 2 ms for the workers to finish theirs before it sleeps.
 //
 // Thread safety: ParallelFor may be called from any thread; concurrent calls are serialized. A task
 // must not call ParallelFor on the same pool (it would deadlock) and must not throw.
