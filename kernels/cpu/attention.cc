@@ -89,7 +89,7 @@ int32_t Threads(const ThreadPool& pool, int32_t requested) {
 // The workspace's pieces, from a (possibly unaligned) base pointer.
 struct WorkspaceLayout {
   size_t o_part = 0, m_part = 0, l_part = 0, seq_o = 0, seq_m = 0, seq_l = 0, seg_begin = 0,
-         seg_task_begin = 0, seg_first = 0, total = 0;
+         seg_task_begin = 0, seg_first = 0, seq_direct = 0, total = 0;
 };
 
 WorkspaceLayout LayoutFor(const TppPlanView& plan, int32_t num_qo_heads, int32_t head_dim) {
@@ -118,6 +118,8 @@ WorkspaceLayout LayoutFor(const TppPlanView& plan, int32_t num_qo_heads, int32_t
   at += AlignUp(ints * sizeof(int32_t));
   w.seg_first = at;
   at += AlignUp(static_cast<size_t>(plan.num_shared));
+  w.seq_direct = at;
+  at += AlignUp(static_cast<size_t>(plan.num_seqs));
   w.total = at + kAlign;  // slack to align the caller's pointer
   return w;
 }
@@ -179,6 +181,13 @@ void BuildSegments(const TppPlanView& plan, int32_t num_kv_heads, int32_t group,
   ws->seg_begin[num_segments] = plan.num_shared;
   ws->seg_task_begin[num_segments] = static_cast<int32_t>(tasks);
   ws->num_segments = num_segments;
+  for (int32_t s = 0; s < plan.num_seqs; ++s) {
+    int32_t segments = 0;
+    for (int32_t j = plan.seq_shared_indptr[s]; j < plan.seq_shared_indptr[s + 1]; ++j) {
+      segments += ws->seg_first[plan.seq_shared_ids[j]];
+    }
+    ws->seq_direct[s] = segments == 1 && plan.private_indptr[s + 1] == plan.private_indptr[s];
+  }
   ws->stream_heads_per_task = static_cast<int32_t>(heads);
 }
 
@@ -223,6 +232,7 @@ KernelStatus TppDecode(const TppDecodeParams& p) {
     ws.seg_begin = reinterpret_cast<int32_t*>(base + layout.seg_begin);
     ws.seg_task_begin = reinterpret_cast<int32_t*>(base + layout.seg_task_begin);
     ws.seg_first = base + layout.seg_first;
+    ws.seq_direct = base + layout.seq_direct;
     BuildSegments(p.plan, p.kv.num_kv_heads, p.num_qo_heads / p.kv.num_kv_heads, p.kv.head_dim,
                   p.pool->scratch_bytes(), threads, &ws);
   }

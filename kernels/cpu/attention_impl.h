@@ -942,13 +942,17 @@ void AttendChunk(const SeqUnit& u, const typename Kv<kDt>::T* kb, const typename
   }
 }
 
-void FinishUnit(const SeqUnit& u, float* o, int d, int dp) {
+// An output row: the unnormalized acc (d values) over l; no keys at all (l = 0) gives zeros.
+inline void WriteOutputRow(const float* acc, float l, float* orow, int d) {
   const int d8 = d & ~7;
+  const F8 inv = Set1(l > 0.0f ? 1.0f / l : 0.0f);
+  for (int j = 0; j < d8; j += 8) Store(orow + j, Mul(Load(acc + j), inv));
+  if (d8 < d) StorePartial(orow + d8, Mul(Load(acc + d8), inv), d - d8);
+}
+
+void FinishUnit(const SeqUnit& u, float* o, int d, int dp) {
   for (int r = 0; r < u.nr; ++r) {
-    float* orow = o + u.map.Index(u.row0 + r) * d;
-    const F8 inv = Set1(u.l[r] > 0.0f ? 1.0f / u.l[r] : 0.0f);  // no keys at all: zeros
-    for (int j = 0; j < d8; j += 8) Store(orow + j, Mul(Load(u.acc + r * dp + j), inv));
-    if (d8 < d) StorePartial(orow + d8, Mul(Load(u.acc + r * dp + d8), inv), d - d8);
+    WriteOutputRow(u.acc + r * dp, u.l[r], o + u.map.Index(u.row0 + r) * d, d);
   }
 }
 
@@ -1059,7 +1063,8 @@ void StreamChunks(const Context& ctx, int32_t h0, int32_t h1, const ChunkRange& 
 }
 
 // Phase 1: task -> (segment, range of KV heads, row block); writes the segment's partial rows for
-// that block, in its first chunk's slots.
+// that block, in its first chunk's slots, or, for sequences the segment is all of
+// (TppWorkspace::seq_direct), their output rows.
 template <DType kDt, int kD>
 struct ChunkFirstTask {
   static void Run(void* ctx_ptr, int64_t begin, int64_t end, int32_t thread_index) {
@@ -1114,9 +1119,15 @@ struct ChunkFirstTask {
           m = b.m;
           l = b.l;
         }
+        const RowMap omap{plan.shared_seq_begin[i0], ctx.group, h * ctx.group, ctx.num_qo_heads};
         for (int r = 0; r < nrows; ++r) {
+          const float* acc = o + static_cast<int64_t>(r) * dp;
+          if (ws.seq_direct[plan.shared_seq_begin[i0] + (row0 + r) / ctx.group] != 0) {
+            WriteOutputRow(acc, l[r], ctx.o + omap.Index(row0 + r) * d, d);
+            continue;
+          }
           const int64_t idx = pmap.Index(row0 + r);
-          std::memcpy(ws.o_part + idx * dp, o + static_cast<int64_t>(r) * dp, sizeof(float) * dp);
+          std::memcpy(ws.o_part + idx * dp, acc, sizeof(float) * dp);
           ws.m_part[idx] = m[r] * kLn2;
           ws.l_part[idx] = l[r];
         }
@@ -1159,6 +1170,7 @@ struct SequenceTask {
     };
     for (int64_t task = begin; task < end; ++task) {
       const auto [seq, h0, h1] = SequenceTaskHeads(ctx, task);
+      if (ctx.defer_merge && ctx.ws->seq_direct[seq] != 0) continue;  // its segment's task wrote it
       for (int32_t h = h0; h < h1; ++h) {
         for (int p = 0; p < passes; ++p) {
           const SeqUnit u = unit(seq, h0, h, p);
@@ -1217,6 +1229,7 @@ struct SequenceBlockTask {
                                                        ctx.ws->l_part, ctx.ws->seg_first};
     for (int64_t task = begin; task < end; ++task) {
       const auto [seq, h0, h1] = SequenceTaskHeads(ctx, task);
+      if (ctx.defer_merge && ctx.ws->seq_direct[seq] != 0) continue;  // its segment's task wrote it
       const ChunkRange chunks{ctx.chunk_slot, ctx.chunk_len, ctx.chunk_indptr[seq],
                               ctx.chunk_indptr[seq + 1]};
       AttendBlock<kDt, kD, false>(ctx.kv, h0, h1, chunks, ctx.q,
@@ -1280,6 +1293,7 @@ void MergeTask(void* ctx_ptr, int64_t begin, int64_t end, int32_t /*thread_index
                                ctx.ws->seg_first};
   for (int64_t task = begin; task < end; ++task) {
     const auto [seq, h0, h1] = SequenceTaskHeads(ctx, task);
+    if (ctx.ws->seq_direct[seq] != 0) continue;  // its segment's task wrote it
     for (int32_t h = h0; h < h1; ++h) {
       for (int p = 0; p < passes; ++p) {
         SeqUnit u{};
@@ -1301,7 +1315,6 @@ struct PrefillTask {
     const Context& ctx = *static_cast<const Context*>(ctx_ptr);
     const int d = kD > 0 ? kD : ctx.kv.head_dim;
     const int dp = RoundUp8(d);
-    const int d8 = d & ~7;
     void* scratch = ctx.pool->scratch(thread_index);
     for (int64_t task = begin; task < end; ++task) {
       // TODO(perf): a linear scan over sequences per task; fine for the few sequences of a prefill.
@@ -1328,11 +1341,8 @@ struct PrefillTask {
                                  ctx.q, map, row0, nrows, ctx.scale2, ctx.q_pos, scratch);
       const BlockHead b = CarveBlockHead(scratch, d, ctx.kv.chunk_size, nrows, 0);
       for (int r = 0; r < nrows; ++r) {
-        float* orow = ctx.o + map.Index(row0 + r) * d;
-        const float* src = b.o + static_cast<int64_t>(r) * dp;
-        const F8 inv = Set1(b.l[r] > 0.0f ? 1.0f / b.l[r] : 0.0f);
-        for (int j = 0; j < d8; j += 8) Store(orow + j, Mul(Load(src + j), inv));
-        if (d8 < d) StorePartial(orow + d8, Mul(Load(src + d8), inv), d - d8);
+        WriteOutputRow(b.o + static_cast<int64_t>(r) * dp, b.l[r], ctx.o + map.Index(row0 + r) * d,
+                       d);
       }
     }
   }

@@ -82,6 +82,9 @@ struct TppWorkspace {
   // [num_shared]: 1 where a shared chunk begins a segment (its partial rows hold the segment's
   // partial); the partial rows of the segment's other chunks are never written nor read.
   uint8_t* seg_first = nullptr;
+  // [num_seqs]: 1 where one segment is all of a sequence (no private chunks, no other segment):
+  // that segment's tasks write its output rows, and nothing else touches the sequence.
+  uint8_t* seq_direct = nullptr;
   int32_t num_segments = 0;
   int32_t stream_heads_per_task = 1;
 };

@@ -174,6 +174,25 @@ TEST_P(DecodeAttentionTest, LongSharedPrefixOnOneThread) {
               /*num_threads=*/1);
 }
 
+// Sequences whose whole context is one segment (here: one shared chunk and nothing else) get their
+// output rows from the chunk-first task itself, next to sequences of the same segment that go on
+// to private chunks or to a second segment. Two sequences of one KV head take the streaming
+// units (2 x group rows <= 4 for groups 1 and 2), 0-1 of another the block tiles.
+TEST_P(DecodeAttentionTest, SequencesWhoseOnlySegmentIsShared) {
+  Random rng(TestSeed());
+  const int32_t c = GetParam().chunk_size;
+  for (const int32_t threads : {0, 1}) {
+    LayoutBuilder b(9);
+    b.AddShared(0, 2, static_cast<int32_t>(rng.Int(1, c)));  // 0, 1: nothing else
+    b.AddShared(2, 4, c);                                    // 2: nothing else
+    b.AddPrivate(3, static_cast<int32_t>(rng.Int(1, c)));    // 3: a private chunk after it
+    b.AddShared(4, 9, c);                                    // 4, 7: nothing else
+    b.AddShared(5, 7, static_cast<int32_t>(rng.Int(1, c)));  // 5, 6: a second segment
+    b.AddPrivate(8, 5);                                      // 8: a private chunk
+    CheckLayout(b.Finish(rng), /*num_kv_heads=*/2, rng, threads);
+  }
+}
+
 TEST_P(DecodeAttentionTest, FullSharingNoPrivateTokens) {
   Random rng(TestSeed());
   CheckLayout(SharedPrefixLayout(5, GetParam().chunk_size, 3 * GetParam().chunk_size, 0, rng),
