@@ -734,9 +734,54 @@ void DotLinear(const typename Kv<kDt>::T* k, int len, int d, const float* qs, in
     DotGroup<kDt, kD, kNr, 1>(k + static_cast<int64_t>(t) * d, d, qs, dp, sc + t);
 }
 
+// Rows per pass of PvRegisters: the rows whose whole accumulators fit in 16 registers (0: none).
+template <int kD>
+constexpr int PvRegisterRows() {
+  if constexpr (TileOps::kLanes == 16 && kD > 0 && kD % 16 == 0 && kD / 16 <= 8) {
+    return 16 / (kD / 16);
+  } else {
+    return 0;
+  }
+}
+
+// PvLinear for kNr <= PvRegisterRows<kD>() rows with the accumulators in registers (AVX-512, head
+// dims 64 and 128): V still read row after row, and no load and store of acc per FMA.
+template <DType kDt, int kD, int kNr>
+void PvRegisters(const float* p, const typename Kv<kDt>::T* v, int len, float* acc, int dp,
+                 const float* alpha, PrefetchStream& prefetch) {
+  using W = TileOps;
+  constexpr int kV = kD / W::kLanes;
+  typename W::V a[kNr][kV];
+#pragma GCC unroll 16
+  for (int r = 0; r < kNr; ++r) {
+    const typename W::V s = W::Broadcast(alpha + r);
+#pragma GCC unroll 16
+    for (int j = 0; j < kV; ++j) a[r][j] = W::Mul(W::Load(acc + r * dp + j * W::kLanes), s);
+  }
+  for (int t = 0; t < len; ++t) {
+    if ((t & 7) == 0) prefetch.Step();
+    const typename Kv<kDt>::T* vt = v + static_cast<int64_t>(t) * kD;
+    typename W::V pw[kNr];
+#pragma GCC unroll 16
+    for (int r = 0; r < kNr; ++r) pw[r] = W::Broadcast(p + r * kScoreStride + t);
+#pragma GCC unroll 16
+    for (int j = 0; j < kV; ++j) {
+      const typename W::V vv = KvLoad<W, kDt>(vt + j * W::kLanes);
+#pragma GCC unroll 16
+      for (int r = 0; r < kNr; ++r) a[r][j] = W::Fma(pw[r], vv, a[r][j]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < kNr; ++r) {
+#pragma GCC unroll 16
+    for (int j = 0; j < kV; ++j) W::Store(acc + r * dp + j * W::kLanes, a[r][j]);
+  }
+}
+
 // acc[r] = acc[r] * alpha[r] + sum_t p[r][t] V[t] for kNr (<= 4) rows, V read row after row. The
 // accumulators stay in L1: a 128-dim row is 16 vectors, more than the registers left, and keeping
-// a column tile in registers instead would walk V column-wise.
+// a column tile in registers instead would walk V column-wise. (With AVX-512 and head dims 64 or
+// 128, AttendChunk takes PvRegisters instead.)
 template <DType kDt, int kD, int kNr>
 void PvLinear(const float* p, const typename Kv<kDt>::T* v, int len, int d_runtime, float* acc,
               int dp, const float* alpha, PrefetchStream& prefetch) {
@@ -876,11 +921,14 @@ void MergePartials(const SeqUnit& u, const PartialSource& partials, int32_t seq,
 // or 1 rows, one per DotLinear group of 8 / rows tokens and one per 8 tokens of PvLinear. A
 // prefetch spread over fewer steps than are taken comes in bursts (with 4 rows, 64 lines every
 // 2 tokens where 16 were meant).
-inline int64_t UnitSteps(int nr, int len) {
+template <int kD>
+int64_t UnitSteps(int nr, int len) {
+  constexpr int kPass = PvRegisterRows<kD>() >= 4 ? 4 : (PvRegisterRows<kD>() >= 2 ? 2 : 4);
   int64_t steps = 0;
   for (int r = 0; r < nr;) {
     const int rows = nr - r >= 4 ? 4 : (nr - r >= 2 ? 2 : 1);
-    steps += len / (8 / rows) + (len + 7) / 8;
+    const int pv_passes = (rows + kPass - 1) / kPass;  // PvRegisters walks V once per pass
+    steps += len / (8 / rows) + pv_passes * ((len + 7) / 8);
     r += rows;
   }
   return steps;
@@ -931,6 +979,24 @@ void AttendChunk(const SeqUnit& u, const typename Kv<kDt>::T* kb, const typename
   for (int r = 0; r < u.nr;) {
     const int rows = u.nr - r >= 4 ? 4 : (u.nr - r >= 2 ? 2 : 1);
     const float* pr = sc + r * kScoreStride;
+    if constexpr (PvRegisterRows<kD>() >= 2) {
+      // Passes of up to PvRegisterRows rows over V (one pass for 2 rows at head dim 128).
+      constexpr int kPass = PvRegisterRows<kD>() >= 4 ? 4 : 2;
+      const int pass = std::min(rows, kPass);
+      for (int q = 0; q < rows; q += pass) {
+        const float* pq = pr + q * kScoreStride;
+        float* aq = u.acc + (r + q) * dp;
+        if (pass == 4) {
+          PvRegisters<kDt, kD, (kPass >= 4 ? 4 : 1)>(pq, vb, len, aq, dp, alpha + r + q, prefetch);
+        } else if (pass == 2) {
+          PvRegisters<kDt, kD, 2>(pq, vb, len, aq, dp, alpha + r + q, prefetch);
+        } else {
+          PvRegisters<kDt, kD, 1>(pq, vb, len, aq, dp, alpha + r + q, prefetch);
+        }
+      }
+      r += rows;
+      continue;
+    }
     if (rows == 4) {
       PvLinear<kDt, kD, 4>(pr, vb, len, d, u.acc + r * dp, dp, alpha + r, prefetch);
     } else if (rows == 2) {
@@ -1054,7 +1120,7 @@ void StreamChunks(const Context& ctx, int32_t h0, int32_t h1, const ChunkRange& 
         prefetch.Reset(BlockPtr<kDt>(kv.k, kv, chunks.slot[next_i], next_h),
                        BlockPtr<kDt>(kv.v, kv, chunks.slot[next_i], next_h),
                        static_cast<int64_t>(chunks.len[next_i]) * d * sizeof(typename Kv<kDt>::T),
-                       UnitSteps(rows, len));
+                       UnitSteps<kD>(rows, len));
       }
       AttendChunk<kDt, kD>(unit(h), BlockPtr<kDt>(kv.k, kv, chunks.slot[i], h),
                            BlockPtr<kDt>(kv.v, kv, chunks.slot[i], h), len, d, prefetch);
@@ -1198,7 +1264,7 @@ struct SequenceTask {
                 BlockPtr<kDt>(kv.k, kv, ctx.chunk_slot[next_i], next_h),
                 BlockPtr<kDt>(kv.v, kv, ctx.chunk_slot[next_i], next_h),
                 static_cast<int64_t>(ctx.chunk_len[next_i]) * d * sizeof(typename Kv<kDt>::T),
-                UnitSteps(std::min(kMaxRowsPerPass, ctx.group), len));  // the first pass's
+                UnitSteps<kD>(std::min(kMaxRowsPerPass, ctx.group), len));  // the first pass's
           }
           for (int p = 0; p < passes; ++p)
             AttendChunk<kDt, kD>(unit(seq, h0, h, p), kb, vb, len, d, prefetch);
