@@ -20,7 +20,7 @@
 //
 // Numerics: queries, outputs and all accumulation are fp32; K/V are fp32, fp16 or bf16 in the
 // arena and widened on load. Softmax runs in base 2 (scores are pre-multiplied by
-// sm_scale * log2(e)); the exponential is a degree-6 polynomial with ~1 ulp error, and values
+// sm_scale * log2(e)); the exponential is a degree-5 polynomial with ~2 ulp error, and values
 // below 2^-126 flush to zero, which a softmax never notices because its largest term is 1.
 //
 // Threads and memory: every kernel runs on the given ThreadPool (required; a pool of 1 thread runs
