@@ -22,11 +22,13 @@ inline constexpr int32_t kBlockRows = 64;
 // path: GEMM tiles would mostly multiply padding, and so few rows make the work memory-bound.
 inline constexpr int32_t kStreamRows = 4;
 
-// TPP's sequence-first phase runs a GQA group of at least this many query heads per KV head (and
-// at most kBlockRows) through the GEMM-shaped block tiles instead of streaming units: the
+// TPP's sequence-first phase may run a GQA group of at least this many query heads per KV head
+// (and at most kBlockRows) through the GEMM-shaped block tiles instead of streaming units: the
 // streaming kernel's per-token reductions and accumulator traffic make it compute-bound there
-// (kernels/README.md, "TPP decode").
+// (kernels/README.md, "TPP decode"). The AVX-512 build at head dims 64 and 128, whose streaming
+// units keep their P V accumulators in registers, takes the tiles only from kBlockGroupMinWide.
 inline constexpr int32_t kBlockGroupMin = 4;
+inline constexpr int32_t kBlockGroupMinWide = 12;
 inline bool SequenceUsesBlocks(int32_t group) {
   return group >= kBlockGroupMin && group <= kBlockRows;
 }
