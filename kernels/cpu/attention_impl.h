@@ -744,6 +744,13 @@ constexpr int PvRegisterRows() {
   }
 }
 
+// Rows per PvRegisters pass over V (4 at head dim 64, 2 at 128), or 0 where AttendChunk takes
+// PvLinear, one pass per group of rows.
+template <int kD>
+constexpr int PvPassRows() {
+  return PvRegisterRows<kD>() >= 4 ? 4 : (PvRegisterRows<kD>() >= 2 ? 2 : 0);
+}
+
 // PvLinear for kNr <= PvRegisterRows<kD>() rows with the accumulators in registers (AVX-512, head
 // dims 64 and 128): V still read row after row, and no load and store of acc per FMA.
 template <DType kDt, int kD, int kNr>
@@ -923,11 +930,11 @@ void MergePartials(const SeqUnit& u, const PartialSource& partials, int32_t seq,
 // 2 tokens where 16 were meant).
 template <int kD>
 int64_t UnitSteps(int nr, int len) {
-  constexpr int kPass = PvRegisterRows<kD>() >= 4 ? 4 : (PvRegisterRows<kD>() >= 2 ? 2 : 4);
+  constexpr int kPass = PvPassRows<kD>();
   int64_t steps = 0;
   for (int r = 0; r < nr;) {
     const int rows = nr - r >= 4 ? 4 : (nr - r >= 2 ? 2 : 1);
-    const int pv_passes = (rows + kPass - 1) / kPass;  // PvRegisters walks V once per pass
+    const int pv_passes = kPass > 0 ? (rows + kPass - 1) / kPass : 1;  // walks of V
     steps += len / (8 / rows) + pv_passes * ((len + 7) / 8);
     r += rows;
   }
@@ -979,20 +986,14 @@ void AttendChunk(const SeqUnit& u, const typename Kv<kDt>::T* kb, const typename
   for (int r = 0; r < u.nr;) {
     const int rows = u.nr - r >= 4 ? 4 : (u.nr - r >= 2 ? 2 : 1);
     const float* pr = sc + r * kScoreStride;
-    if constexpr (PvRegisterRows<kD>() >= 2) {
-      // Passes of up to PvRegisterRows rows over V (one pass for 2 rows at head dim 128).
-      constexpr int kPass = PvRegisterRows<kD>() >= 4 ? 4 : 2;
-      const int pass = std::min(rows, kPass);
+    if constexpr (PvPassRows<kD>() > 0) {
+      // Passes of up to PvPassRows rows over V (one pass for 2 rows at head dim 128).
+      const int pass = std::min(rows, PvPassRows<kD>());
       for (int q = 0; q < rows; q += pass) {
-        const float* pq = pr + q * kScoreStride;
-        float* aq = u.acc + (r + q) * dp;
-        if (pass == 4) {
-          PvRegisters<kDt, kD, (kPass >= 4 ? 4 : 1)>(pq, vb, len, aq, dp, alpha + r + q, prefetch);
-        } else if (pass == 2) {
-          PvRegisters<kDt, kD, 2>(pq, vb, len, aq, dp, alpha + r + q, prefetch);
-        } else {
-          PvRegisters<kDt, kD, 1>(pq, vb, len, aq, dp, alpha + r + q, prefetch);
-        }
+        WithCount<PvPassRows<kD>()>(pass, [&](auto n) {
+          PvRegisters<kDt, kD, decltype(n)::value>(
+              pr + q * kScoreStride, vb, len, u.acc + (r + q) * dp, dp, alpha + r + q, prefetch);
+        });
       }
       r += rows;
       continue;
@@ -1488,8 +1489,8 @@ void TppDecode(const TppDecodeParams& p, const TppWorkspace& ws, int32_t threads
   ctx.chunk_len = p.plan.private_len;
   // Streaming units with register accumulators (PvRegisters) beat the block tiles up to groups of
   // 10 (n_p 2048, no sharing, ~80 GB/s: group 4 by 18%, 8 by 10%, 10 even; 12 blocks 5% ahead).
-  const bool register_pv = (p.kv.head_dim == 128 && PvRegisterRows<128>() >= 2) ||
-                           (p.kv.head_dim == 64 && PvRegisterRows<64>() >= 2);
+  const bool register_pv = (p.kv.head_dim == 128 && PvPassRows<128>() > 0) ||
+                           (p.kv.head_dim == 64 && PvPassRows<64>() > 0);
   ctx.block_sequences =
       SequenceUsesBlocks(ctx.group) && (!register_pv || ctx.group >= kBlockGroupMinWide);
   SplitHeads(&ctx, threads);
