@@ -249,7 +249,7 @@ template <typename F>
 Timing Time(int32_t iters, bool warm, kc::ThreadPool& pool, F run) {
   std::vector<double> ms;
   for (int32_t i = 0; i < iters; ++i) {
-    if (!warm) FlushCaches(&pool);
+    if (!warm) FlushCaches(pool);
     const auto start = Clock::now();
     run();
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
@@ -264,7 +264,7 @@ std::vector<Timing> TimeInterleaved(int32_t iters, bool warm, kc::ThreadPool& po
   std::vector<std::vector<double>> ms(runs.size());
   for (int32_t i = 0; i < iters; ++i) {
     for (size_t k = 0; k < runs.size(); ++k) {
-      if (!warm) FlushCaches(&pool);
+      if (!warm) FlushCaches(pool);
       const auto start = Clock::now();
       runs[k]();
       ms[k].push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());

@@ -253,7 +253,7 @@ void RemeasureMachinePeaks(MachinePeaks* peaks) {
   MeasureFmaPeaks(peaks);
 }
 
-void FlushCaches(kernels::cpu::ThreadPool* pool) {
+void FlushCaches(kernels::cpu::ThreadPool& pool) {
   static const size_t bytes = LastLevelCacheBytes() * 3;
   static unsigned char* buf = static_cast<unsigned char*>(AllocateLarge(bytes));
   if (buf == nullptr) return;
@@ -272,11 +272,7 @@ void FlushCaches(kernels::cpu::ThreadPool* pool) {
       sum.fetch_add(s, std::memory_order_relaxed);
     }
   };
-  if (pool != nullptr) {
-    pool->ParallelFor(kParts, 1, 0, part);
-  } else {
-    part(0, kParts, 0);
-  }
+  pool.ParallelFor(kParts, 1, 0, part);
   g_sink.store(static_cast<float>(sum.load()), std::memory_order_relaxed);
 }
 

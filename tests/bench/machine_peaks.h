@@ -42,12 +42,12 @@ double MeasureReadBandwidth(int32_t threads, size_t buffer_bytes, int32_t passes
 double MeasureFmaPeak(int32_t threads, FmaIsa isa);  // 0 when the CPU lacks `isa`
 
 // Evicts the caches by streaming a buffer of several times the last-level cache (reads and writes,
-// a few ms); benchmarks call it between timed iterations to measure cold-cache kernels. With a
-// pool, its threads stream the buffer together: every core's private caches are evicted, and the
+// a few ms); benchmarks call it between timed iterations to measure cold-cache kernels. The
+// pool's threads stream the buffer together: every core's private caches are evicted, and the
 // pool's threads are awake when the timed call starts, as they are between the layers of a decode
 // step (flushed from one thread, the pool's other threads had gone to sleep, and waking them cost
 // 50-80 us of a 3 ms attention call).
-void FlushCaches(kernels::cpu::ThreadPool* pool = nullptr);
+void FlushCaches(kernels::cpu::ThreadPool& pool);
 
 // Last-level cache size in bytes from sysconf, or 32 MiB when unknown.
 size_t LastLevelCacheBytes();

@@ -245,7 +245,7 @@ bool RunPrompt(const Options& o, int64_t prompt, kc::ThreadPool& pool, MachinePe
       kc::PrefillAttentionParams pi = p;
       pi.o = out[i].data();
       pi.isa = o.isas[i];
-      if (!o.warm) FlushCaches(&pool);
+      if (!o.warm) FlushCaches(pool);
       const auto start = Clock::now();
       kc::PrefillAttention(pi);
       ms[i].push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
