@@ -124,6 +124,36 @@ std::string Decoder::Decode(std::vector<std::string> tokens) const {
   return Utf8Lossy(text);
 }
 
+bool Decoder::IsLocal() const {
+  bool merged = false;
+  for (const DecoderStep& step : steps_) {
+    switch (step.kind) {
+      case DecoderStep::Kind::kByteLevel:
+        if (merged) return false;
+        merged = true;
+        break;
+      case DecoderStep::Kind::kFuse:
+        merged = true;
+        break;
+      case DecoderStep::Kind::kByteFallback:
+        if (merged) return false;
+        break;
+      case DecoderStep::Kind::kReplace: {
+        char32_t cp;
+        if (merged && !step.pattern.empty() &&
+            DecodeUtf8(step.pattern, 0, &cp) < step.pattern.size()) {
+          return false;
+        }
+        break;
+      }
+      case DecoderStep::Kind::kStrip:
+      case DecoderStep::Kind::kMetaspace:
+        break;
+    }
+  }
+  return true;
+}
+
 std::string Decoder::TokenBytes(const std::string& token) const {
   std::string t = token;
   for (const DecoderStep& step : steps_) {

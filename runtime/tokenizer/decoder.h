@@ -41,6 +41,15 @@ class Decoder {
   // replacing invalid UTF-8 — half a character stays the bytes it is (what logprobs report).
   std::string TokenBytes(const std::string& token) const;
 
+  // True when the text a run of tokens adds in the middle of a sequence is what they decode to
+  // on their own, up to the start-of-text rules (Strip, Metaspace's first token) applied at the
+  // run's start and half characters at its ends. Every tokenizer in use is; a pipeline is not
+  // when a step after a merge (ByteLevel or Fuse: the tokens become one string) looks at that
+  // string as a whole: ByteLevel (a token with any character outside its table is kept as its
+  // bytes), ByteFallback (a token that is exactly "<0xNN>"), or a Replace of more than one
+  // character (a match can span two tokens). StreamDecoder relies on it.
+  bool IsLocal() const;
+
  private:
   std::vector<DecoderStep> steps_;
 };

@@ -1,5 +1,8 @@
 #include "runtime/tokenizer/stream_decoder.h"
 
+#include <optional>
+#include <string_view>
+
 namespace chunkserve::tokenizer {
 namespace {
 
@@ -25,10 +28,17 @@ Result<std::string> StreamDecoder::Push(int32_t id) {
                                    std::to_string(tokenizer_->vocab_size()) + ")");
   }
   ids_.push_back(id);
+  // A token Decode drops (a hole in the vocabulary, a skipped special token) adds no text, and
+  // does not end a run of byte tokens either: the runs on its two sides decode as one.
+  const std::optional<std::string_view> token = tokenizer_->TokenText(id);
+  if (!token || (skip_special_tokens_ && tokenizer_->IsSpecial(id))) return std::string();
   // ByteFallback decodes a run of byte tokens as a whole: valid UTF-8 as is, otherwise one U+FFFD
   // per byte. A later byte token can still turn the run invalid, so nothing is emitted while the
   // sequence ends in one.
-  if (IsByteToken(tokenizer_->TokenText(id))) return std::string();
+  if (IsByteToken(token)) return std::string();
+  // A decoder whose steps look at the whole text can change any of it with a later token: hold
+  // everything for Flush rather than emit text the final decode does not have.
+  if (!tokenizer_->DecodesLocally()) return std::string();
   CHUNKSERVE_ASSIGN_OR_RETURN(std::string text, tokenizer_->Decode(ids_, skip_special_tokens_));
   if (text.size() <= window_text_.size() || !text.starts_with(window_text_) ||
       text.ends_with(kReplacement)) {

@@ -12,7 +12,11 @@
 // to non-empty text: position-dependent decoder steps (Strip of leading spaces, Metaspace's first
 // token) then act inside that context on both decodes, so the difference is exact. While the
 // sequence ends in a <0xNN> byte-fallback token nothing is emitted: HF's ByteFallback turns a
-// whole run of byte tokens into U+FFFDs when a later byte makes the run invalid.
+// whole run of byte tokens into U+FFFDs when a later byte makes the run invalid. Tokens Decode
+// drops (skipped special tokens, holes) emit nothing and leave such a run open. For a decoder
+// that is not local (Decoder::IsLocal: a step after a merge that looks at the merged text as a
+// whole, which no tokenizer in use has) every Push returns nothing and Flush all the text, since
+// a later token may change text already decoded.
 //
 // Thread safety: none; one StreamDecoder per sequence. It borrows the Tokenizer, which must
 // outlive it.

@@ -143,4 +143,6 @@ bool Tokenizer::IsSpecial(int32_t id) const {
   return id >= 0 && id < vocab_size() && impl_->special[id];
 }
 
+bool Tokenizer::DecodesLocally() const { return impl_->decoder.IsLocal(); }
+
 }  // namespace chunkserve::tokenizer

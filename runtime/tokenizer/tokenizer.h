@@ -78,6 +78,8 @@ class Tokenizer {
   std::optional<int32_t> eos_id() const;
   // Special added tokens (tokenizer.json "special": true; GGUF control tokens).
   bool IsSpecial(int32_t id) const;
+  // Whether a run of tokens decodes the same on its own as inside a sequence (Decoder::IsLocal).
+  bool DecodesLocally() const;
 
   struct Impl;  // tokenizer_impl.h; public only so that the loaders can build one
 
