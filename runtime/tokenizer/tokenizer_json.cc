@@ -4,6 +4,7 @@
 
 #include "runtime/tokenizer/tokenizer.h"
 #include "runtime/tokenizer/tokenizer_impl.h"
+#include "runtime/tokenizer/utf8.h"
 
 namespace chunkserve::tokenizer {
 namespace {
@@ -175,7 +176,12 @@ Result<PrependScheme> Scheme(const Json& j, const std::string& path) {
 
 Result<std::string> OneChar(const Json& j, const char* key, const std::string& path) {
   CHUNKSERVE_ASSIGN_OR_RETURN(std::string s, String(j, key, path));
-  if (s.empty()) return Bad(path + "." + key, "expected one character");
+  // HF reads these as a Rust char: exactly one code point. (A longer Strip content would also
+  // match across token boundaries, which streaming cannot follow.)
+  char32_t cp;
+  if (s.empty() || DecodeUtf8(s, 0, &cp) != s.size()) {
+    return Bad(path + "." + key, "expected one character");
+  }
   return s;
 }
 

@@ -62,7 +62,8 @@ nlohmann::json RandomStep(Random& rng) {
     case 1: return {{"type", "ByteFallback"}};
     case 2: return {{"type", "Fuse"}};
     case 3:
-      return {{"type", "Strip"}, {"content", rng.Bernoulli(0.5) ? " " : "a"},
+      static const char* const kStripped[] = {" ", "a", "\xe2\x96\x81"};
+      return {{"type", "Strip"}, {"content", kStripped[rng.Int(0, 2)]},
               {"start", rng.Int(0, 2)}, {"stop", rng.Int(0, 2)}};
     case 4: {
       static const char* const kPatterns[] = {"\xe2\x96\x81", "ab", " ", "a",

@@ -167,6 +167,22 @@ TEST(FromJsonTest, UnknownComponentsAreUnimplemented) {
             StatusCode::kUnimplemented);
 }
 
+TEST(FromJsonTest, StripAndMetaspaceTakeExactlyOneCharacter) {
+  for (const char* step :
+       {R"({"type": "Strip", "content": "  ", "start": 1, "stop": 0})",
+        R"({"type": "Strip", "content": "", "start": 1, "stop": 0})",
+        R"({"type": "Metaspace", "replacement": "__", "prepend_scheme": "always"})"}) {
+    const Status s = Load(std::string(R"({"decoder": )") + step +
+                          R"(, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << step;
+    EXPECT_NE(s.message().find("expected one character"), std::string_view::npos) << s;
+  }
+  // One code point of several bytes is one character.
+  EXPECT_TRUE(Load(R"({"decoder": {"type": "Strip", "content": "▁", "start": 1, "stop": 0},
+                       "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})")
+                  .ok());
+}
+
 TEST(FromJsonTest, EncodeRejectsInvalidUtf8AndDecodeRejectsBadIds) {
   auto t = Tokenizer::FromJson(kMinimal);
   ASSERT_TRUE(t.ok());
