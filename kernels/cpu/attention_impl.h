@@ -335,6 +335,47 @@ inline void QkTile(const float* k, int ldk, const float* qt, int rp, int d_runti
   }
 }
 
+#ifdef CHUNKSERVE_SIMD_HAS_WIDE_OPS
+// Blocks whose row count leaves 8 rows after the 16-lane tiles (rp = 8, 24, 40, 56) take those 8
+// rows two head dims per vector (WideOps' pair vectors) instead of 8 lanes wide: half the FMAs.
+// AttendBlock stores their Q^T columns interleaved in pairs (InterleavePairs), which needs an even
+// head_dim.
+inline bool PairRows(int rp, int d) { return rp % 16 == 8 && d % 2 == 0; }
+
+// S^T[t][r] for kNt tokens and the 8 rows at qt (pair layout): lane 2r + p accumulates row r's
+// products over dims j = p mod 2, and the two are summed at the end.
+template <int kNt, int kD>
+inline void QkPairTile(const float* k, int ldk, const float* qt, int rp, int d_runtime, float* st,
+                       float* cmax, PrefetchStream& prefetch) {
+  using Ops = WideOps;
+  using V = Ops::V;
+  const int d = kD > 0 ? kD : d_runtime;
+  const int64_t ld = kD > 0 ? kD : ldk;
+  V acc[kNt];
+#pragma GCC unroll 16
+  for (int t = 0; t < kNt; ++t) acc[t] = Ops::Zero();
+  for (int j0 = 0; j0 < d; j0 += kStepDims) {
+    const int j1 = std::min(d, j0 + kStepDims);
+    for (int j = j0; j < j1; j += 2) {
+      const float* qj = qt + static_cast<int64_t>(j) * rp;
+      const V qv = Ops::LoadHalves(qj, qj + rp);
+#pragma GCC unroll 16
+      for (int t = 0; t < kNt; ++t) acc[t] = Ops::Fma(Ops::BroadcastPair(k + t * ld + j), qv, acc[t]);
+    }
+    prefetch.Step();
+  }
+  F8 mx = Ops::SumPairs(acc[0]);
+  Store(st, mx);
+#pragma GCC unroll 16
+  for (int t = 1; t < kNt; ++t) {
+    const F8 row = Ops::SumPairs(acc[t]);
+    Store(st + static_cast<int64_t>(t) * rp, row);
+    mx = Max(mx, row);
+  }
+  if (cmax != nullptr) Store(cmax, Max(Load(cmax), mx));
+}
+#endif
+
 // S^T = K Q^T for len tokens and rp (multiple of 8) rows. Token tiles outermost: the K rows of a
 // tile stay in L1 while every row tile of Q^T (at most kBlockRows x head_dim, also L1) passes by.
 // Rows left over by the wide tiles (8 with AVX-512 when rp is not a multiple of 16) take an 8-lane
@@ -371,6 +412,12 @@ void QkBlock(const float* k, int ldk, int len, const float* qt, int rp, int d, f
         } else if (left >= TileOps::kLanes) {
           QkTile<TileOps, kNt, 1, kD>(kt, ldk, q0, rp, d, s, m0, prefetch);
         } else {
+#ifdef CHUNKSERVE_SIMD_HAS_WIDE_OPS
+          if (PairRows(rp, d)) {
+            QkPairTile<kNt, kD>(kt, ldk, q0, rp, d, s, m0, prefetch);
+            return;
+          }
+#endif
           QkTile<NarrowOps, kNt, 1, kD>(kt, ldk, q0, rp, d, s, m0, prefetch);
         }
       });
@@ -446,6 +493,47 @@ inline void SoftmaxRows(int r, float* st, int len, int rp, float* m, float* l, f
   Ops::Store(alpha + r, a);
 }
 
+#ifdef CHUNKSERVE_SIMD_HAS_WIDE_OPS
+// SoftmaxRows (unmasked) for the 8 rows at r left over by the 16-lane ones, two tokens per vector
+// (WideOps::LoadHalves) instead of 8 lanes wide.
+inline void SoftmaxPairRows(int r, float* st, int len, int rp, float* m, float* l, float* alpha,
+                            const float* cmax) {
+  using Ops = WideOps;
+  using V = Ops::V;
+  const F8 m_old = Load(m + r);
+  const F8 m_new = Max(m_old, Load(cmax + r));
+  const F8 a = Exp2(Sub(m_old, m_new));  // m_old = -inf -> 0
+  const V m2 = Ops::Dup8(m_new);
+  V sum[2] = {Ops::Zero(), Ops::Zero()};
+  int t = 0;
+  for (; t + 4 <= len; t += 4) {
+#pragma GCC unroll 2
+    for (int u = 0; u < 2; ++u) {
+      float* s = st + static_cast<int64_t>(t + 2 * u) * rp + r;
+      const V p = Ops::Exp2(Ops::Sub(Ops::LoadHalves(s, s + rp), m2));
+      Ops::StoreHalves(s, s + rp, p);
+      sum[u] = Ops::Add(sum[u], p);
+    }
+  }
+  for (; t + 2 <= len; t += 2) {
+    float* s = st + static_cast<int64_t>(t) * rp + r;
+    const V p = Ops::Exp2(Ops::Sub(Ops::LoadHalves(s, s + rp), m2));
+    Ops::StoreHalves(s, s + rp, p);
+    sum[0] = Ops::Add(sum[0], p);
+  }
+  F8 total = Ops::Fold8(Ops::Add(sum[0], sum[1]));
+  if (t < len) {
+    float* s = st + static_cast<int64_t>(t) * rp + r;
+    const F8 p = Exp2(Sub(Load(s), m_new));
+    Store(s, p);
+    total = Add(total, p);
+  }
+  Store(l + r, Fma(Load(l + r), a, total));
+  Store(m + r, m_new);
+  Store(alpha + r, a);
+}
+#endif
+
 template <bool kMasked>
 void SoftmaxBlock(float* st, int len, int rp, float* m, float* l, float* alpha, const float* pos,
                   int first_pos, const float* cmax) {
@@ -453,6 +541,12 @@ void SoftmaxBlock(float* st, int len, int rp, float* m, float* l, float* alpha, 
   for (; r + TileOps::kLanes <= rp; r += TileOps::kLanes) {
     SoftmaxRows<TileOps, kMasked>(r, st, len, rp, m, l, alpha, pos, first_pos, cmax);
   }
+#ifdef CHUNKSERVE_SIMD_HAS_WIDE_OPS
+  if (!kMasked && r < rp) {
+    SoftmaxPairRows(r, st, len, rp, m, l, alpha, cmax);
+    return;
+  }
+#endif
   for (; r < rp; r += 8)
     SoftmaxRows<NarrowOps, kMasked>(r, st, len, rp, m, l, alpha, pos, first_pos, cmax);
 }
@@ -570,6 +664,14 @@ void AttendBlock(const KvCacheView& kv, int32_t h0, int32_t h1, const ChunkRange
     for (int r = nrows; r < rp; ++r) {
       for (int j = 0; j < d; ++j) b.qt[static_cast<int64_t>(j) * rp + r] = 0.0f;
     }
+#ifdef CHUNKSERVE_SIMD_HAS_WIDE_OPS
+    if (PairRows(rp, d)) {
+      for (int j = 0; j < d; j += 2) {
+        float* qj = b.qt + static_cast<int64_t>(j) * rp + rp - 8;
+        WideOps::InterleavePairs(qj, qj + rp);
+      }
+    }
+#endif
     for (int r = 0; r < rp; ++r) {
       b.m[r] = kNegInf;
       b.l[r] = 0.0f;

@@ -109,6 +109,41 @@ struct WideOps {
   static V Exp2(V a) { return zmm::Exp2(a); }
   static V SelectGe(V pos, V threshold, V x, V y) { return zmm::SelectGe(pos, threshold, x, y); }
   static V ReplaceNegInf(V a, float value) { return zmm::ReplaceNegInf(a, value); }
+
+  // Pair vectors: 8 rows x 2 head dims, lane 2r + p holding row r's dim j + p, so that blocks of
+  // 8 rows fill all 16 lanes. Both dims of one K row, [p[0], p[1]] repeated (a 64-bit broadcast):
+  static V BroadcastPair(const float* p) {
+    double x;
+    std::memcpy(&x, p, sizeof(x));
+    return {_mm512_castpd_ps(_mm512_set1_pd(x))};
+  }
+  // The two 8-float halves [a[0, 8), b[0, 8)] of a pair vector of Q^T (see InterleavePairs).
+  static V LoadHalves(const float* a, const float* b) {
+    return {_mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(a)), _mm256_loadu_ps(b), 1)};
+  }
+  // Stores the halves of a pair vector: x's first 8 lanes at a, its last 8 at b.
+  static void StoreHalves(float* a, float* b, V x) {
+    _mm256_storeu_ps(a, _mm512_castps512_ps256(x.v));
+    _mm256_storeu_ps(b, _mm512_extractf32x8_ps(x.v, 1));
+  }
+  // [x, x].
+  static V Dup8(F8 x) { return {_mm512_insertf32x8(_mm512_castps256_ps512(x.v), x.v, 1)}; }
+  // Rows a = Q^T[j][r0, r0 + 8) and b = Q^T[j + 1][r0, r0 + 8), in place, become the pair vector
+  // [a0 b0 a1 b1 a2 b2 a3 b3 | a4 b4 ... a7 b7], its first half in a, its second in b.
+  static void InterleavePairs(float* a, float* b) {
+    const __m256 x = _mm256_loadu_ps(a);
+    const __m256 y = _mm256_loadu_ps(b);
+    const __m256 lo = _mm256_unpacklo_ps(x, y);  // a0 b0 a1 b1 | a4 b4 a5 b5
+    const __m256 hi = _mm256_unpackhi_ps(x, y);  // a2 b2 a3 b3 | a6 b6 a7 b7
+    _mm256_storeu_ps(a, _mm256_permute2f128_ps(lo, hi, 0x20));
+    _mm256_storeu_ps(b, _mm256_permute2f128_ps(lo, hi, 0x31));
+  }
+  // The 8 rows' sums of a pair vector's two dims.
+  static F8 SumPairs(V a) {
+    const __m512 s = _mm512_add_ps(a.v, _mm512_permute_ps(a.v, 0xB1));  // swap within pairs
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14);
+    return {_mm512_castps512_ps256(_mm512_permutexvar_ps(even, s))};
+  }
 };
 #define CHUNKSERVE_SIMD_HAS_WIDE_OPS 1
 
