@@ -378,8 +378,8 @@ inline void QkPairTile(const float* k, int ldk, const float* qt, int rp, int d_r
 
 // S^T = K Q^T for len tokens and rp (multiple of 8) rows. Token tiles outermost: the K rows of a
 // tile stay in L1 while every row tile of Q^T (at most kBlockRows x head_dim, also L1) passes by.
-// Rows left over by the wide tiles (8 with AVX-512 when rp is not a multiple of 16) take an 8-lane
-// tile.
+// Rows left over by the wide tiles (8 with AVX-512 when rp is not a multiple of 16) take the pair
+// tile (an 8-lane one when head_dim is odd).
 // With cmax (rp floats), also leaves each row's largest score of the chunk there.
 template <int kD>
 void QkBlock(const float* k, int ldk, int len, const float* qt, int rp, int d, float* st,
