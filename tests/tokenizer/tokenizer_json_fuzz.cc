@@ -1,5 +1,6 @@
 // Fuzz target for Tokenizer::FromJson: any bytes as tokenizer.json must load or yield a Status.
-// When one loads, a fixed text is encoded, decoded and streamed; for byte-level BPE without
+// When one loads, a fixed text is encoded, decoded and streamed, and so are ids taken from the
+// input's bytes (streaming must add up to Decode for any ids); for byte-level BPE without
 // anything that drops text (see ExpectsRoundTrip) Decode(Encode(s)) == s is the oracle, and a
 // failure aborts for the fuzzer. With clang this is the libFuzzer binary
 // chunkserve-tokenizer-fuzzer; with every compiler tokenizer_json_fuzz_replay_test.cc drives it
@@ -10,6 +11,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -104,6 +106,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   streamed += stream.Flush();
   if (streamed != *text) std::abort();
+  // Ids no encoder would produce (any order, byte tokens split, special tokens anywhere), taken
+  // from the input's own bytes: streamed must still add up to Decode, with and without specials.
+  std::vector<int32_t> any_ids;
+  for (size_t i = 0; t->vocab_size() > 0 && i + 1 < size && any_ids.size() < 48; i += 7) {
+    any_ids.push_back(static_cast<int32_t>((data[i] | (data[i + 1] << 8)) % t->vocab_size()));
+  }
+  for (const bool skip : {false, true}) {
+    auto want = t->Decode(any_ids, skip);
+    if (!want.ok()) std::abort();
+    chunkserve::tokenizer::StreamDecoder any_stream(*t, skip);
+    std::string got;
+    for (const int32_t id : any_ids) {
+      auto chunk = any_stream.Push(id);
+      if (!chunk.ok() || !chunkserve::tokenizer::IsValidUtf8(*chunk)) std::abort();
+      got += *chunk;
+    }
+    got += any_stream.Flush();
+    if (got != *want) std::abort();
+  }
   if (ExpectsRoundTrip(json, *t)) {
     auto plain = t->Encode(kText, /*add_special_tokens=*/false);
     if (!plain.ok()) return 0;
