@@ -313,7 +313,10 @@ TEST_F(EngineTest, QueueTimeCountsTheWaitForABatchSlot) {
   // queue time must cover that wait. The first request's stream callback (which runs on the step
   // thread) freezes the engine at its first token through the stall-file test hook, so the first
   // is running and cannot finish while the second waits, whatever the machine's speed or load.
-  // (Earlier versions raced the step thread with sleeps and failed now and then under load.)
+  // (Earlier versions raced the step thread with sleeps and failed now and then under load.) The
+  // engine starts frozen too, until the callback is in place: events pushed before SetCallback
+  // are replayed on the calling thread, and under load the step thread once ran the whole first
+  // request before the callback could freeze it.
   testing::TempDir dir;
   const std::filesystem::path stall_file = dir.path() / "stall";
   ::setenv("CHUNKSERVE_TEST_STALL_FILE", stall_file.c_str(), 1);  // read once, by Create
@@ -330,6 +333,7 @@ TEST_F(EngineTest, QueueTimeCountsTheWaitForABatchSlot) {
   RequestOptions long_request;
   long_request.prompt = testing::Random(6).Tokens(40, 256);
   long_request.max_new_tokens = 200;
+  std::ofstream(stall_file).put('x');  // no step until the callback is set
   ASSERT_OK_AND_ASSIGN(auto first, (*engine)->Submit(long_request));
   ASSERT_OK(first->SetCallback([&](const StreamEvent& ev) {
     std::lock_guard<std::mutex> lock(mu);
@@ -341,6 +345,7 @@ TEST_F(EngineTest, QueueTimeCountsTheWaitForABatchSlot) {
     }
     cv.notify_all();
   }));
+  std::filesystem::remove(stall_file);
   {
     std::unique_lock<std::mutex> lock(mu);
     ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return frozen; })) << "no first token";
