@@ -55,7 +55,11 @@ struct Pending {
   WorkerId worker;            // current leg's worker
   uint64_t upstream = 0;      // current leg's request id on the worker link; 0 = none
   bool leg_started = false;   // current leg produced its first token
-  int64_t leg_prompt = 0;     // current leg's prompt tokens (prompt + tokens sent before it)
+  // Current leg's prompt tokens (prompt + tokens sent before it) the router expected to be
+  // uncached on its worker (less the predicted cached tokens): what it added to the worker's
+  // pending prefill at the pick (LoadTracker::OnPicked) and takes off its last report at the
+  // first token (CorrectReported).
+  int64_t leg_uncached = 0;
   int32_t attempts = 0;
   Clock::time_point leg_sent;  // when the current leg was forwarded
   std::set<WorkerId> refused;  // workers that refused or failed this request

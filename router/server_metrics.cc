@@ -169,6 +169,25 @@ std::string Server::Metrics() {
                "LoadReport.prefillTokensPerS of each routable worker's last report (0: not "
                "measured yet; the policy then assumes a default).",
                [](const WorkerLinks& w) { return w.reported.prefill_tokens_per_s; });
+  // The load the policy sees when it picks (LoadTracker::Effective): the last report, corrected
+  // for the first tokens and ends seen since, merged with this router's own picks.
+  auto per_effective = [&](const char* name, const char* help, auto value) {
+    o << "# HELP chunkserve_router_" << name << " " << help << "\n# TYPE chunkserve_router_" << name
+      << " gauge\n";
+    for (const auto& [id, m] : membership_.members()) {
+      auto it = workers_.find(id);
+      if (it == workers_.end() || !it->second.in_core) continue;
+      o << "chunkserve_router_" << name << "{worker=\"" << Label(m.registration.name) << "\"} "
+        << value(core_->loads().Effective(id)) << "\n";
+    }
+  };
+  per_effective("worker_queued_prefill_tokens",
+                "Prompt tokens awaiting prefill on each routable worker as the routing policy "
+                "sees them (last report, corrected since, with this router's picks).",
+                [](const WorkerLoad& l) { return l.queued_prefill_tokens; });
+  per_effective("worker_running_sequences",
+                "Running sequences of each routable worker as the routing policy sees them.",
+                [](const WorkerLoad& l) { return l.running_sequences; });
   o << "# HELP chunkserve_router_worker_kv_capacity_bytes KV arena bytes of each routable "
        "worker (Register.capacityKvBytes).\n"
     << "# TYPE chunkserve_router_worker_kv_capacity_bytes gauge\n";

@@ -132,7 +132,8 @@ void Server::Dispatch(const std::shared_ptr<Pending>& p) {
   p->upstream = up;
   p->leg_sent = Clock::now();
   p->leg_started = false;
-  p->leg_prompt = static_cast<int64_t>(full.size());
+  p->leg_uncached =
+      std::max<int64_t>(0, static_cast<int64_t>(full.size()) - d.predicted_cached_tokens);
   upstream_[up] = p;
   wit->second.upstream.insert(up);
   const Member* member = membership_.Find(d.worker);
@@ -149,7 +150,10 @@ void Server::CorrectReported(const Pending& p, bool first_token, bool ended) {
   if (wit == workers_.end() || !wit->second.in_core) return;
   WorkerLoad& l = wit->second.reported;
   if (first_token) {
-    const auto prefill = static_cast<uint64_t>(p.leg_prompt);
+    // The worker counts only a prompt's uncached tokens (and a prefix shared by queued prompts
+    // once): taking the whole prompt off would show a worker that serves cached prefixes as
+    // less loaded than it is until its next report. The estimate is the one the pick added.
+    const auto prefill = static_cast<uint64_t>(p.leg_uncached);
     l.queued_prefill_tokens -= std::min(l.queued_prefill_tokens, prefill);
   }
   if (ended && l.running_sequences > 0) l.running_sequences--;
