@@ -44,7 +44,8 @@ std::string GatewayMetrics(const GatewayStats& s) {
           s.prompt_tokens);
   counter("chunkserve_http_completion_tokens_total", "Tokens generated for OpenAI API requests.",
           s.completion_tokens);
-  out << "# HELP chunkserve_http_in_flight OpenAI API requests in flight.\n"
+  out << "# HELP chunkserve_http_in_flight OpenAI API requests in flight upstream (one per "
+         "choice).\n"
       << "# TYPE chunkserve_http_in_flight gauge\nchunkserve_http_in_flight " << s.in_flight
       << "\n";
   return out.str();

@@ -38,25 +38,39 @@ http::Reply ErrorReply(int status, std::string_view message, std::string_view co
   return r;
 }
 
-// One request through the gateway, from its HTTP request to its last byte.
-struct Call {
+// One choice of a call: its own upstream request, detokenizer and text.
+struct Sample {
   uint64_t id = 0;  // upstream request id
-  GenerationRequest request;
-  std::shared_ptr<http::Responder> responder;
+  int32_t index = 0;
   std::unique_ptr<tokenizer::StreamDecoder> decoder;
-  std::unordered_set<TokenId> stop_ids;
-  Completion completion;
   std::string text;      // all generated text so far (before any stop-string cut)
   size_t emitted = 0;    // bytes of `text` already streamed
-  size_t max_stop = 0;   // longest stop string
-  bool stream_started = false;
   bool sent_delta = false;  // chat: the first delta carries the role
   bool done = false;
+  std::string finish_reason;
+  int32_t completion_tokens = 0;
+  int32_t cached_tokens = -1;  // from its Finish; -1: none came (cut by a stop string)
   // Logprobs of the tokens not yet reported, with the byte offset in `text` where each token's
   // text starts: a chunk reports those that start in the text it carries.
   std::deque<std::pair<size_t, LogprobEntry>> pending_logprobs;
   size_t offset_bytes = 0;   // a byte offset in `text` and its count of code points, so that
   int32_t offset_chars = 0;  // text offsets are counted once, front to back
+  std::vector<LogprobEntry> logprobs;  // a non-streamed answer's, at the end
+};
+
+// One request through the gateway, from its HTTP request to its last byte: n choices (samples),
+// each its own upstream request. The engine's prefix tree shares their prompt's KV chunks, so the
+// prompt is computed once however many choices there are.
+struct Call {
+  GenerationRequest request;
+  std::shared_ptr<http::Responder> responder;
+  std::unordered_set<TokenId> stop_ids;
+  Completion completion;  // id, created, model, usage; the choices at the end
+  std::vector<Sample> samples;
+  int32_t open = 0;      // samples not done
+  size_t max_stop = 0;   // longest stop string
+  bool stream_started = false;
+  bool done = false;
 };
 
 class GatewayImpl final : public Gateway, public std::enable_shared_from_this<GatewayImpl> {
@@ -104,7 +118,7 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
 
   GatewayStats stats() const override {
     GatewayStats s = stats_;
-    s.in_flight = calls_.size() + waiting_.size();
+    s.in_flight = in_flight_;
     return s;
   }
 
@@ -152,7 +166,7 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
       return Reject(*responder, 404, "the model `" + req.model + "` does not exist; this server serves `" +
                                           model.name + "`", "model_not_found");
     }
-    if (calls_.size() + waiting_.size() >= options_.max_in_flight) {
+    if (in_flight_ + static_cast<size_t>(req.n) > options_.max_in_flight) {
       return Reject(*responder, 429, "too many requests in flight", "overloaded");
     }
 
@@ -202,59 +216,79 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
     }
 
     auto call = std::make_shared<Call>();
-    call->id = next_id_++;
     call->responder = responder;
-    call->decoder = std::make_unique<tokenizer::StreamDecoder>(*model.tokenizer, true);
     call->completion.id = (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + RandomId();
     call->completion.created = static_cast<int64_t>(std::time(nullptr));
     call->completion.model = model.name;
     call->completion.usage.prompt_tokens = static_cast<int32_t>(prompt.size());
+    call->completion.has_logprobs = req.logprobs >= 0;
     for (const std::string& s : req.stop) call->max_stop = std::max(call->max_stop, s.size());
+    if (!req.ignore_eos) {
+      for (TokenId t : model.eos_ids) call->stop_ids.insert(t);
+    }
+    for (TokenId t : req.stop_token_ids) call->stop_ids.insert(t);
 
     wire::GenerateMessage g;
-    g.request_id = call->id;
     g.prompt = std::move(prompt);
     g.max_new_tokens = req.max_tokens.value_or(static_cast<int32_t>(room));
     // The request's sampling values, else the model's defaults, else OpenAI's.
     const tokenizer::GenerationDefaults& defaults = model.defaults;
     const float temperature = req.temperature.value_or(defaults.temperature.value_or(1.0f));
-    if (temperature > 0) {
-      g.sampling = wire::SamplingMessage{temperature, req.top_k.value_or(defaults.top_k.value_or(0)),
-                                         req.top_p.value_or(defaults.top_p.value_or(1.0f)),
-                                         req.seed.has_value() ? *req.seed : rng_()};
-    }
-    if (!req.ignore_eos) {
-      for (TokenId t : model.eos_ids) call->stop_ids.insert(t);
-    }
-    for (TokenId t : req.stop_token_ids) call->stop_ids.insert(t);
     g.stop_tokens.assign(call->stop_ids.begin(), call->stop_ids.end());
     std::sort(g.stop_tokens.begin(), g.stop_tokens.end());
     g.deadline_ms = static_cast<uint32_t>(
         std::min<int64_t>(options_.request_timeout.count(), UINT32_MAX));
     g.logprobs = req.logprobs;
-    call->completion.has_logprobs = req.logprobs >= 0;
+    // Choice i of a request with a seed samples with seed + i: reproducible, and no two choices
+    // draw the same numbers.
+    std::vector<std::vector<uint8_t>> frames;
+    for (int32_t i = 0; i < req.n; ++i) {
+      Sample& sample = call->samples.emplace_back();
+      sample.id = next_id_++;
+      sample.index = i;
+      sample.decoder = std::make_unique<tokenizer::StreamDecoder>(*model.tokenizer, true);
+      g.request_id = sample.id;
+      if (temperature > 0) {
+        g.sampling = wire::SamplingMessage{
+            temperature, req.top_k.value_or(defaults.top_k.value_or(0)),
+            req.top_p.value_or(defaults.top_p.value_or(1.0f)),
+            req.seed.has_value() ? *req.seed + static_cast<uint64_t>(i) : rng_()};
+      }
+      frames.push_back(wire::EncodeGenerate(g));
+    }
+    call->open = req.n;
     call->request = std::move(req);
     ++stats_.requests;
     stats_.prompt_tokens += g.prompt.size();
+    in_flight_ += call->samples.size();
 
     std::weak_ptr<GatewayImpl> weak = shared_from_this();
-    responder->OnClose([weak, id = call->id] {
-      if (auto self = weak.lock()) self->OnClientGone(id);
+    std::weak_ptr<Call> weak_call = call;
+    responder->OnClose([weak, weak_call] {
+      auto self = weak.lock();
+      auto c = weak_call.lock();
+      if (self != nullptr && c != nullptr) self->OnClientGone(*c);
     });
-    std::vector<uint8_t> frame = wire::EncodeGenerate(g);
     // A link still in its TLS handshake or authentication holds what is sent until it is through.
     if (upstream_ != nullptr) {
-      calls_[call->id] = call;
-      SendOrFail(call, std::move(frame));
+      Send(call, std::move(frames));
     } else {
-      waiting_.push_back({call, std::move(frame)});
+      waiting_.push_back({call, std::move(frames)});
       Connect();
     }
   }
 
-  void SendOrFail(const std::shared_ptr<Call>& call, std::vector<uint8_t> frame) {
-    Status s = upstream_->SendBytes(std::move(frame));
-    if (!s.ok()) End(*call, Status::ResourceExhausted("the server is overloaded: " + std::string(s.message())));
+  // Sends a call's requests upstream (one per choice).
+  void Send(const std::shared_ptr<Call>& call, std::vector<std::vector<uint8_t>> frames) {
+    for (Sample& sample : call->samples) routes_[sample.id] = {call, sample.index};
+    for (auto& frame : frames) {
+      if (call->done) return;
+      Status s = upstream_->SendBytes(std::move(frame));
+      if (!s.ok()) {
+        End(*call, Status::ResourceExhausted("the server is overloaded: " +
+                                             std::string(s.message())));
+      }
+    }
   }
 
   // --- the upstream link --------------------------------------------------------------------
@@ -306,10 +340,8 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
     // Frames queued before the TLS handshake or the authentication are held by the connection.
     auto waiting = std::move(waiting_);
     waiting_.clear();
-    for (auto& [call, frame] : waiting) {
-      if (call->done) continue;
-      calls_[call->id] = call;
-      SendOrFail(call, std::move(frame));
+    for (auto& [call, frames] : waiting) {
+      if (!call->done) Send(call, std::move(frames));
     }
   }
 
@@ -326,12 +358,12 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
       case Envelope::TOKEN: {
         Result<wire::TokenMessage> t = wire::DecodeToken(root.getToken());
         if (!t.ok()) return;
-        if (auto call = Find(t->request_id)) OnToken(*call, *t);
+        if (Route r = Find(t->request_id); r.call) OnToken(*r.call, r.call->samples[r.sample], *t);
         return;
       }
       case Envelope::FINISH: {
         const wire::FinishMessage f = wire::DecodeFinish(root.getFinish());
-        if (auto call = Find(f.request_id)) OnFinish(*call, f);
+        if (Route r = Find(f.request_id); r.call) OnFinish(*r.call, r.call->samples[r.sample], f);
         return;
       }
       case Envelope::ERROR: {
@@ -341,7 +373,7 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
           LOG(WARNING) << "gateway: the serving port says: " << status.ToString();
           return;
         }
-        if (auto call = Find(e.getRequestId())) End(*call, status);
+        if (Route r = Find(e.getRequestId()); r.call) End(*r.call, status);
         return;
       }
       default:
@@ -349,52 +381,53 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
     }
   }
 
-  std::shared_ptr<Call> Find(uint64_t id) {
-    auto it = calls_.find(id);
-    return it == calls_.end() ? nullptr : it->second;
+  // The call and choice an upstream request id belongs to (null call when none is open).
+  struct Route {
+    std::shared_ptr<Call> call;
+    int32_t sample = 0;
+  };
+  Route Find(uint64_t id) {
+    auto it = routes_.find(id);
+    return it == routes_.end() ? Route{} : it->second;
   }
 
   // --- text out -----------------------------------------------------------------------------
 
-  void OnToken(Call& call, const wire::TokenMessage& t) {
+  void OnToken(Call& call, Sample& sample, const wire::TokenMessage& t) {
     const TokenId token = t.token;
-    ++call.completion.usage.completion_tokens;
+    ++sample.completion_tokens;
     if (call.stop_ids.count(token) != 0) return;  // the stop token ends it; it is not shown
     if (call.completion.has_logprobs && t.logprobs.has_value()) {
       Result<LogprobEntry> entry = MakeLogprobEntry(token, *t.logprobs);
       if (!entry.ok()) {
-        Cancel(call);
         return End(call, Status::Internal("logprobs: " + std::string(entry.status().message())));
       }
-      call.pending_logprobs.emplace_back(call.text.size(), std::move(entry).value());
+      sample.pending_logprobs.emplace_back(sample.text.size(), std::move(entry).value());
     }
-    Result<std::string> piece = call.decoder->Push(token);
+    Result<std::string> piece = sample.decoder->Push(token);
     if (!piece.ok()) {
-      Cancel(call);
       return End(call, Status::Internal("detokenizing: " + std::string(piece.status().message())));
     }
     if (piece->empty()) return;
-    call.text += *piece;
-    if (CheckStop(call)) {
-      Cancel(call);
-      call.completion.finish_reason = "stop";
-      return Complete(call);
+    sample.text += *piece;
+    if (CheckStop(call, sample)) {
+      Cancel(sample);
+      return SampleDone(call, sample, "stop");
     }
-    if (call.request.stream) Emit(call, SafeEnd(call));
+    if (call.request.stream) Emit(call, sample, SafeEnd(call, sample));
   }
 
-  void OnFinish(Call& call, const wire::FinishMessage& f) {
+  void OnFinish(Call& call, Sample& sample, const wire::FinishMessage& f) {
     call.completion.usage.prompt_tokens = f.prompt_tokens;
-    call.completion.usage.cached_tokens = f.cached_tokens;
-    call.completion.usage.completion_tokens = f.generated_tokens;
+    sample.cached_tokens = f.cached_tokens;
+    sample.completion_tokens = f.generated_tokens;
     switch (f.reason) {
       case FinishReason::kStopToken:
       case FinishReason::kLength: {
-        call.text += call.decoder->Flush();
-        const bool cut = CheckStop(call);
-        call.completion.finish_reason =
-            cut || f.reason == FinishReason::kStopToken ? "stop" : "length";
-        return Complete(call);
+        sample.text += sample.decoder->Flush();
+        const bool cut = CheckStop(call, sample);
+        return SampleDone(call, sample,
+                          cut || f.reason == FinishReason::kStopToken ? "stop" : "length");
       }
       case FinishReason::kDeadline:
         return End(call, Status::DeadlineExceeded("the request's deadline passed"));
@@ -408,49 +441,51 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
     }
   }
 
-  // Cuts `text` at the first stop string (true when one was found).
-  bool CheckStop(Call& call) {
+  // Cuts the sample's text at the first stop string (true when one was found).
+  static bool CheckStop(const Call& call, Sample& sample) {
     if (call.request.stop.empty()) return false;
-    const size_t from = call.emitted > call.max_stop ? call.emitted - call.max_stop : 0;
+    const size_t from = sample.emitted > call.max_stop ? sample.emitted - call.max_stop : 0;
     size_t cut = std::string::npos;
     for (const std::string& s : call.request.stop) {
-      const size_t at = call.text.find(s, from);
+      const size_t at = sample.text.find(s, from);
       if (at != std::string::npos) cut = std::min(cut, at);
     }
     if (cut == std::string::npos) return false;
-    call.text.resize(std::max(cut, call.emitted));
+    sample.text.resize(std::max(cut, sample.emitted));
     return true;
   }
 
-  // How much of `text` can be streamed: all but a tail that could still grow into a stop string.
-  static size_t SafeEnd(const Call& call) {
+  // How much of the sample's text can be streamed: all but a tail that could still grow into a
+  // stop string.
+  static size_t SafeEnd(const Call& call, const Sample& sample) {
+    const std::string& text = sample.text;
     size_t hold = 0;
     for (const std::string& s : call.request.stop) {
-      for (size_t k = std::min(s.size() - 1, call.text.size()); k > hold; --k) {
-        if (call.text.compare(call.text.size() - k, k, s, 0, k) == 0) {
+      for (size_t k = std::min(s.size() - 1, text.size()); k > hold; --k) {
+        if (text.compare(text.size() - k, k, s, 0, k) == 0) {
           hold = k;
           break;
         }
       }
     }
-    size_t end = call.text.size() - hold;
+    size_t end = text.size() - hold;
     // Never split a UTF-8 character (a held-back tail may end inside one).
-    while (end > call.emitted && end < call.text.size() &&
-           (static_cast<unsigned char>(call.text[end]) & 0xC0) == 0x80) {
+    while (end > sample.emitted && end < text.size() &&
+           (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) {
       --end;
     }
-    return std::max(end, call.emitted);
+    return std::max(end, sample.emitted);
   }
 
-  void Emit(Call& call, size_t end) {
-    if (end <= call.emitted) return;
+  void Emit(Call& call, Sample& sample, size_t end) {
+    if (end <= sample.emitted) return;
     StartStream(call);
-    const std::string_view piece(call.text.data() + call.emitted, end - call.emitted);
-    const std::vector<LogprobEntry> logprobs = TakeLogprobs(call, end);
-    call.responder->Write(RenderStreamDelta(call.request.endpoint, call.completion, piece,
-                                            !call.sent_delta, logprobs));
-    call.sent_delta = true;
-    call.emitted = end;
+    const std::string_view piece(sample.text.data() + sample.emitted, end - sample.emitted);
+    const std::vector<LogprobEntry> logprobs = TakeLogprobs(sample, end);
+    call.responder->Write(RenderStreamDelta(call.request.endpoint, call.completion, sample.index,
+                                            piece, !sample.sent_delta, logprobs));
+    sample.sent_delta = true;
+    sample.emitted = end;
   }
 
   // The token's and its alternatives' bytes; the text offset is filled in by TakeLogprobs.
@@ -468,19 +503,20 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
 
   // The pending logprobs of the tokens whose text starts before byte `end` of the text, with
   // their text offsets in code points.
-  static std::vector<LogprobEntry> TakeLogprobs(Call& call, size_t end) {
+  static std::vector<LogprobEntry> TakeLogprobs(Sample& sample, size_t end) {
     std::vector<LogprobEntry> out;
-    while (!call.pending_logprobs.empty() && call.pending_logprobs.front().first < end) {
-      auto& [at, entry] = call.pending_logprobs.front();
-      for (; call.offset_bytes < at && call.offset_bytes < call.text.size(); ++call.offset_bytes) {
+    while (!sample.pending_logprobs.empty() && sample.pending_logprobs.front().first < end) {
+      auto& [at, entry] = sample.pending_logprobs.front();
+      for (; sample.offset_bytes < at && sample.offset_bytes < sample.text.size();
+           ++sample.offset_bytes) {
         // Counts lead bytes: every code point has exactly one byte that is not 10xxxxxx.
-        if ((static_cast<unsigned char>(call.text[call.offset_bytes]) & 0xC0) != 0x80) {
-          ++call.offset_chars;
+        if ((static_cast<unsigned char>(sample.text[sample.offset_bytes]) & 0xC0) != 0x80) {
+          ++sample.offset_chars;
         }
       }
-      entry.text_offset = call.offset_chars;
+      entry.text_offset = sample.offset_chars;
       out.push_back(std::move(entry));
-      call.pending_logprobs.pop_front();
+      sample.pending_logprobs.pop_front();
     }
     return out;
   }
@@ -491,37 +527,75 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
     call.responder->StartStream(200, "text/event-stream");
   }
 
-  // A successful end: the whole text (or the rest of the stream).
+  // Forgets a sample's upstream request (a later message for it is ignored).
+  void Release(Sample& sample) {
+    if (routes_.erase(sample.id) != 0) --in_flight_;
+  }
+
+  // One choice ended well: the rest of its text (streaming) and its finish reason; the call
+  // completes with its last choice.
+  void SampleDone(Call& call, Sample& sample, std::string finish_reason) {
+    if (call.done || sample.done) return;
+    sample.done = true;
+    sample.finish_reason = std::move(finish_reason);
+    Release(sample);
+    const Endpoint e = call.request.endpoint;
+    if (call.request.stream) {
+      Emit(call, sample, sample.text.size());
+      StartStream(call);
+      if (!sample.sent_delta && e == Endpoint::kChat) {
+        call.responder->Write(RenderStreamDelta(e, call.completion, sample.index, "", true));
+        sample.sent_delta = true;
+      }
+      call.responder->Write(
+          RenderStreamFinish(e, call.completion, sample.index, sample.finish_reason));
+    } else {
+      sample.logprobs = TakeLogprobs(sample, sample.text.size());
+    }
+    if (--call.open == 0) Complete(call);
+  }
+
+  // A successful end, every choice done: the whole answer (or the end of the stream).
   void Complete(Call& call) {
     if (call.done) return;
     call.done = true;
-    stats_.completion_tokens += call.completion.usage.completion_tokens;
+    Usage& usage = call.completion.usage;
+    usage.completion_tokens = 0;
+    int32_t cached = -1;  // what every choice found cached (the least)
+    for (const Sample& sample : call.samples) {
+      usage.completion_tokens += sample.completion_tokens;
+      if (sample.cached_tokens >= 0) {
+        cached = cached < 0 ? sample.cached_tokens : std::min(cached, sample.cached_tokens);
+      }
+    }
+    usage.cached_tokens = std::max(cached, 0);
+    stats_.completion_tokens += static_cast<uint64_t>(usage.completion_tokens);
     const Endpoint e = call.request.endpoint;
     if (call.request.stream) {
-      Emit(call, call.text.size());
       StartStream(call);
-      if (!call.sent_delta && e == Endpoint::kChat) {
-        call.responder->Write(RenderStreamDelta(e, call.completion, "", true));
-      }
-      call.responder->Write(RenderStreamFinish(e, call.completion));
       if (call.request.include_usage) {
         call.responder->Write(RenderStreamUsage(e, call.completion));
       }
       call.responder->Write(std::string(kStreamDone));
       call.responder->End();
     } else {
-      call.completion.text = call.text;
-      call.completion.logprobs = TakeLogprobs(call, call.text.size());
+      for (Sample& sample : call.samples) {
+        call.completion.choices.push_back(
+            {std::move(sample.text), sample.finish_reason, std::move(sample.logprobs)});
+      }
       call.responder->Reply({200, "application/json", RenderCompletion(e, call.completion), {}});
     }
-    calls_.erase(call.id);
   }
 
-  // A failed end.
+  // A failed end: the choices still running are cancelled upstream.
   void End(Call& call, const Status& status) {
     if (call.done) return;
     call.done = true;
     ++stats_.errors;
+    for (Sample& sample : call.samples) {
+      if (!sample.done) Cancel(sample);
+      Release(sample);
+    }
     const int http_status = HttpStatusFor(status.code());
     const std::string code = std::string(StatusCodeName(status.code()));
     if (call.stream_started) {
@@ -531,38 +605,45 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
     } else {
       call.responder->Reply(ErrorReply(http_status, status.message(), code));
     }
-    calls_.erase(call.id);
   }
 
-  void Cancel(Call& call) {
-    if (upstream_ != nullptr) (void)upstream_->SendBytes(wire::EncodeCancel(call.id));
-  }
-
-  void OnClientGone(uint64_t id) {
-    auto it = calls_.find(id);
-    if (it != calls_.end()) {
-      ++stats_.disconnects;
-      it->second->done = true;
-      Cancel(*it->second);
-      calls_.erase(it);
-      return;
+  void Cancel(const Sample& sample) {
+    if (upstream_ != nullptr && routes_.count(sample.id) != 0) {
+      (void)upstream_->SendBytes(wire::EncodeCancel(sample.id));
     }
-    for (auto& [call, frame] : waiting_) {
-      if (call->id == id) call->done = true;  // never sent
+  }
+
+  void OnClientGone(Call& call) {
+    if (call.done) return;
+    call.done = true;
+    bool sent = false;
+    for (Sample& sample : call.samples) {
+      sent |= routes_.count(sample.id) != 0;
+      if (!sample.done) Cancel(sample);
+      Release(sample);
+    }
+    if (sent) {
+      ++stats_.disconnects;
+    } else {
+      // Never sent (the link was not up yet): it leaves the waiting list uncounted.
+      in_flight_ -= call.samples.size();
     }
   }
 
   void FailWaiting(const Status& status) {
     auto waiting = std::move(waiting_);
     waiting_.clear();
-    for (auto& [call, frame] : waiting) End(*call, status);
+    for (auto& [call, frames] : waiting) {
+      if (!call->done) in_flight_ -= call->samples.size();
+      End(*call, status);
+    }
   }
 
   void FailAll(const Status& status) {
     FailWaiting(status);
-    auto calls = std::move(calls_);
-    calls_.clear();
-    for (auto& [id, call] : calls) End(*call, status);
+    std::vector<std::shared_ptr<Call>> calls;
+    for (auto& [id, route] : routes_) calls.push_back(route.call);
+    for (auto& call : calls) End(*call, status);
   }
 
   std::string RandomId() {
@@ -579,8 +660,10 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
   bool connecting_ = false;
   bool stopped_ = false;
   uint64_t next_id_ = 1;
-  std::unordered_map<uint64_t, std::shared_ptr<Call>> calls_;  // sent upstream
-  std::deque<std::pair<std::shared_ptr<Call>, std::vector<uint8_t>>> waiting_;  // link not up yet
+  std::unordered_map<uint64_t, Route> routes_;  // upstream request id -> its call and choice
+  // Calls whose requests wait for the link to come up.
+  std::deque<std::pair<std::shared_ptr<Call>, std::vector<std::vector<uint8_t>>>> waiting_;
+  size_t in_flight_ = 0;  // upstream requests (a call's choices) sent or waiting, not ended
   GatewayStats stats_;
 };
 

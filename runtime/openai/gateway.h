@@ -4,6 +4,10 @@
 //   POST /v1/completions         text (or token ids) in, text out; stream: true for SSE
 //   POST /v1/chat/completions    messages rendered with the model's chat template
 //
+// A request for n choices is n upstream requests with the same prompt (the engine's prefix tree
+// computes it once), sampled with seeds seed + i; their texts, stream chunks (by index) and
+// finish reasons are kept apart, their usage summed.
+//
 // The gateway is a wire client of its own process: it tokenizes, sends the token ids to the
 // process's wire port (one multiplexed connection on loopback, authenticated as a client when the
 // cluster has a secret) and detokenizes what comes back. So admission, deadlines, routing,
@@ -52,7 +56,8 @@ struct GatewayOptions {
   std::string api_key;
   // The deadline each request gets upstream (504 when it passes).
   std::chrono::milliseconds request_timeout{600000};
-  // Requests in flight through this gateway; beyond: 429.
+  // Upstream requests in flight through this gateway (one per choice); a request whose choices
+  // would pass it gets 429.
   size_t max_in_flight = 8192;
 };
 
@@ -60,7 +65,7 @@ struct GatewayStats {
   uint64_t requests = 0;       // /v1 generation requests accepted for serving
   uint64_t errors = 0;         // answered with an error status or error event
   uint64_t disconnects = 0;    // cancelled because the client went away
-  uint64_t in_flight = 0;
+  uint64_t in_flight = 0;      // upstream requests (one per choice) sent or waiting
   uint64_t prompt_tokens = 0;
   uint64_t completion_tokens = 0;
 };

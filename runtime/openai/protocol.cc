@@ -96,7 +96,7 @@ std::optional<FieldError> ParsePrompt(const Json& v, GenerationRequest* r) {
     }
     if (v.size() == 1 && v[0].is_array()) return TokenIds(v[0], "prompt", &r->prompt_ids);
     if (v[0].is_number_integer()) return TokenIds(v, "prompt", &r->prompt_ids);
-    return FieldError{"prompt", "one prompt per request is supported (n = 1, no batches)"};
+    return FieldError{"prompt", "one prompt per request is supported (no batches)"};
   }
   return FieldError{"prompt", "prompt must be a string, one string, or token ids"};
 }
@@ -220,11 +220,13 @@ std::optional<FieldError> ParseInto(Endpoint endpoint, const Json& root, Generat
     }
   }
 
-  // Accepted only at the value that changes nothing.
   int64_t n = 1;
-  if (auto e = f.Integer("n", 1, 1, &n)) return FieldError{"n", "only n = 1 is supported"};
-  if (auto e = f.Integer("best_of", 1, 1, &n)) {
-    return FieldError{"best_of", "only best_of = 1 is supported"};
+  if (auto e = f.Integer("n", 1, kMaxChoices, &n)) return e;
+  r->n = static_cast<int32_t>(n);
+  // Accepted only at the value that changes nothing: as many candidates as choices.
+  int64_t best_of = n;
+  if (auto e = f.Integer("best_of", n, n, &best_of)) {
+    return FieldError{"best_of", "only best_of = n is supported"};
   }
   for (const char* name : {"presence_penalty", "frequency_penalty"}) {
     double p = 0;
@@ -355,23 +357,29 @@ Result<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, std::string_
 
 std::string RenderCompletion(Endpoint endpoint, const Completion& c) {
   Json j = Head(endpoint, c, false);
-  Json choice = {{"index", 0},
-                 {"logprobs", LogprobsJson(endpoint, c.has_logprobs, c.logprobs)},
-                 {"finish_reason", c.finish_reason}};
-  if (endpoint == Endpoint::kChat) {
-    choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-  } else {
-    choice["text"] = c.text;
+  Json choices = Json::array();
+  for (size_t i = 0; i < c.choices.size(); ++i) {
+    const Choice& x = c.choices[i];
+    Json choice = {{"index", i},
+                   {"logprobs", LogprobsJson(endpoint, c.has_logprobs, x.logprobs)},
+                   {"finish_reason", x.finish_reason}};
+    if (endpoint == Endpoint::kChat) {
+      choice["message"] = {{"role", "assistant"}, {"content", x.text}};
+    } else {
+      choice["text"] = x.text;
+    }
+    choices.push_back(std::move(choice));
   }
-  j["choices"] = Json::array({choice});
+  j["choices"] = std::move(choices);
   j["usage"] = UsageJson(c.usage);
   return j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
-std::string RenderStreamDelta(Endpoint endpoint, const Completion& c, std::string_view text,
-                              bool first, std::span<const LogprobEntry> logprobs) {
+std::string RenderStreamDelta(Endpoint endpoint, const Completion& c, int32_t index,
+                              std::string_view text, bool first,
+                              std::span<const LogprobEntry> logprobs) {
   Json j = Head(endpoint, c, true);
-  Json choice = {{"index", 0},
+  Json choice = {{"index", index},
                  {"logprobs", LogprobsJson(endpoint, c.has_logprobs, logprobs)},
                  {"finish_reason", nullptr}};
   if (endpoint == Endpoint::kChat) {
@@ -385,9 +393,10 @@ std::string RenderStreamDelta(Endpoint endpoint, const Completion& c, std::strin
   return Event(j);
 }
 
-std::string RenderStreamFinish(Endpoint endpoint, const Completion& c) {
+std::string RenderStreamFinish(Endpoint endpoint, const Completion& c, int32_t index,
+                               std::string_view finish_reason) {
   Json j = Head(endpoint, c, true);
-  Json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", c.finish_reason}};
+  Json choice = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
   if (endpoint == Endpoint::kChat) {
     choice["delta"] = Json::object();
   } else {

@@ -6,7 +6,8 @@ official `openai` Python package and with curl.
   openai_api_test.py BIN_DIR
 
 Checks: /v1/models; chat and completions, streaming and not, through the worker and through the
-router (greedy answers equal on both paths and between stream and non-stream); usage with cached
+router (greedy answers equal on both paths and between stream and non-stream); n choices (each
+sampled with its own seed, streamed by index, usage summed); usage with cached
 prompt tokens; stop strings; bad requests (400 with OpenAI's error shape and the offending param);
 an unknown model (404); the API key (401 without it); a wire port with TLS and a cluster secret
 behind the API; a client that disconnects mid-stream (the request is cancelled upstream and its KV
@@ -123,7 +124,7 @@ def chat(client, user, **kw):
     return client.chat.completions.create(
         model=NAME, messages=[{"role": "system", "content": SYSTEM},
                               {"role": "user", "content": user}],
-        temperature=0, max_tokens=32, **kw)
+        **{"temperature": 0, "max_tokens": 32, **kw})
 
 
 def stream_text(stream):
@@ -253,10 +254,10 @@ def logprobs_checks(client, label, answer):
     return [(e.token, e.logprob) for e in content]
 
 
-def disconnect_check(url, worker_url, label):
-    """Reads two events of a long stream, then closes the socket."""
+def disconnect_check(url, worker_url, label, n=1):
+    """Reads two events of a long stream (of n choices), then closes the socket."""
     before = metrics(url).get("chunkserve_http_disconnects_total", 0)
-    body = json.dumps({"model": NAME, "prompt": "Write a long story about a dragon.",
+    body = json.dumps({"model": NAME, "prompt": "Write a long story about a dragon.", "n": n,
                        "max_tokens": 2000, "temperature": 0, "stream": True, "ignore_eos": True})
     host, port = url.removeprefix("http://").split(":")
     s = socket.create_connection((host, int(port)), timeout=30)
@@ -279,6 +280,41 @@ def disconnect_check(url, worker_url, label):
     check(True, f"{label}: a client disconnect cancels the request and frees its chunks")
 
 
+def choices_checks(url, label):
+    """n > 1: n choices sampled on their own (choice i with seed + i), streamed by index."""
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    kw = dict(temperature=1.0, seed=7, max_tokens=8, extra_body={"ignore_eos": True})
+    a = chat(client, "Name a part of a bicycle.", **{**kw, "n": 3})
+    texts = [c.message.content for c in a.choices]
+    check([c.index for c in a.choices] == [0, 1, 2] and all(texts) and
+          all(c.finish_reason == "length" for c in a.choices),
+          f"{label}: n=3 gives three choices, indexed 0..2: {texts}")
+    check(len(set(texts)) > 1, f"{label}: the choices are sampled on their own")
+    check(a.usage.completion_tokens == 24 and a.usage.total_tokens == a.usage.prompt_tokens + 24,
+          f"{label}: usage counts the prompt once and every choice's tokens")
+    one = chat(client, "Name a part of a bicycle.", **{**kw, "seed": 8})
+    check(one.choices[0].message.content == texts[1] and
+          one.usage.prompt_tokens == a.usage.prompt_tokens,
+          f"{label}: choice 1 of seed 7 is the answer of seed 8")
+    stream = chat(client, "Name a part of a bicycle.", stream=True,
+                  stream_options={"include_usage": True}, **{**kw, "n": 3})
+    streamed, finishes, usage = ["", "", ""], [None, None, None], None
+    for chunk in stream:
+        usage = chunk.usage or usage
+        for c in chunk.choices:
+            streamed[c.index] += c.delta.content or ""
+            if c.finish_reason is not None:
+                check(finishes[c.index] is None, f"{label}: choice {c.index} finishes once")
+                finishes[c.index] = c.finish_reason
+    check(streamed == texts and finishes == ["length"] * 3 and usage is not None and
+          usage.completion_tokens == 24,
+          f"{label}: streamed choices equal the non-streamed ones, each with its finish")
+    c = client.completions.create(model=NAME, prompt="The best bicycle brake is", n=2,
+                                  **{**kw, "max_tokens": 4})
+    check(len(c.choices) == 2 and c.usage.completion_tokens == 8,
+          f"{label}: completions take n too")
+
+
 def main():
     procs = []
     try:
@@ -288,6 +324,8 @@ def main():
         procs.append(worker)
         direct, direct_logprobs = api_checks(worker.url, "worker")
         disconnect_check(worker.url, worker.url, "worker")
+        choices_checks(worker.url, "worker")
+        disconnect_check(worker.url, worker.url, "worker, n=3", n=3)
 
         router = Proc([f"{BIN}/chunkserve-router", "--listen", "127.0.0.1:0",
                        "--http", "127.0.0.1:0", "--tokenizer", MODEL,
@@ -306,6 +344,7 @@ def main():
                   for (t, x), (u, y) in zip(routed_logprobs, direct_logprobs)),
               "logprobs through the router equal the worker's")
         disconnect_check(router.url, worker2.url, "router")
+        choices_checks(router.url, "router")
 
         # The API key.
         keyfile = tempfile.NamedTemporaryFile("w", delete=False)

@@ -45,12 +45,15 @@ void Check(chunkserve::openai::Endpoint e, std::string_view body) {
     Require(g.prompt_text.has_value() ? !g.prompt_text->empty() : !g.prompt_ids.empty());
   }
   Require(again->stop == g.stop && again->prompt_ids == g.prompt_ids);
+  Require(g.n >= 1 && g.n <= kMaxChoices);
   Completion c;
-  c.text = g.prompt_text.value_or("");
   c.model = g.model;
-  c.finish_reason = "stop";
+  for (int32_t i = 0; i < std::min(g.n, 3); ++i) {
+    c.choices.push_back({g.prompt_text.value_or(""), "stop", {}});
+  }
   Require(!RenderCompletion(e, c).empty());
-  Require(!RenderStreamDelta(e, c, c.text, true).empty());
+  Require(!RenderStreamDelta(e, c, g.n - 1, c.choices[0].text, true).empty());
+  Require(!RenderStreamFinish(e, c, g.n - 1, "length").empty());
 }
 
 }  // namespace

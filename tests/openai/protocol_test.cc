@@ -99,8 +99,11 @@ TEST(ParseTest, RefusesWhatItCannotHonour) {
   EXPECT_EQ(Refused(kC, p(R"("top_p": 0)")), "top_p");
   EXPECT_EQ(Refused(kC, p(R"("max_tokens": 0)")), "max_tokens");
   EXPECT_EQ(Refused(kC, p(R"("max_tokens": 1.5)")), "max_tokens");
-  EXPECT_EQ(Refused(kC, p(R"("n": 2)")), "n");
+  EXPECT_EQ(Refused(kC, p(R"("n": 0)")), "n");
+  EXPECT_EQ(Refused(kC, p(R"("n": 129)")), "n");
+  EXPECT_EQ(Refused(kC, p(R"("n": 1.5)")), "n");
   EXPECT_EQ(Refused(kC, p(R"("best_of": 3)")), "best_of");
+  EXPECT_EQ(Refused(kC, p(R"("n": 2, "best_of": 3)")), "best_of");
   EXPECT_EQ(Refused(kC, p(R"("stop": ["a","b","c","d","e"])")), "stop");
   EXPECT_EQ(Refused(kC, p(R"("stop": [""])")), "stop");
   EXPECT_EQ(Refused(kC, p(R"("echo": true)")), "echo");
@@ -124,6 +127,13 @@ TEST(ParseTest, RefusesWhatItCannotHonour) {
   EXPECT_EQ(Refused(kC, R"({"prompt": "x")"), "");  // not JSON
 }
 
+TEST(ParseTest, Choices) {
+  EXPECT_EQ(Ok(kC, R"({"prompt": "x"})").n, 1);
+  EXPECT_EQ(Ok(kC, R"({"prompt": "x", "n": 3})").n, 3);
+  EXPECT_EQ(Ok(kC, R"({"prompt": "x", "n": 4, "best_of": 4})").n, 4);
+  EXPECT_EQ(Ok(kChat, R"({"messages": [{"role": "user", "content": "x"}], "n": 128})").n, 128);
+}
+
 TEST(ParseTest, Logprobs) {
   EXPECT_EQ(Ok(kC, R"({"prompt": "x"})").logprobs, -1);
   EXPECT_EQ(Ok(kC, R"({"prompt": "x", "logprobs": null})").logprobs, -1);
@@ -141,9 +151,10 @@ Completion Sample() {
   c.id = std::string("cmpl-1");
   c.created = 1700000000;
   c.model = std::string(1, 'm');
-  c.text.assign("hello ");
-  c.text.push_back(static_cast<char>(0xff));  // invalid UTF-8 is replaced, never thrown on
-  c.finish_reason = "stop";
+  Choice& x = c.choices.emplace_back();
+  x.text.assign("hello ");
+  x.text.push_back(static_cast<char>(0xff));  // invalid UTF-8 is replaced, never thrown on
+  x.finish_reason = "stop";
   c.usage = {10, 3, 8};
   return c;
 }
@@ -159,16 +170,28 @@ TEST(RenderTest, CompletionShapes) {
   Json text = Json::parse(RenderCompletion(kC, Sample()));
   EXPECT_EQ(text["object"], "text_completion");
   EXPECT_EQ(text["choices"][0]["text"], "hello \xEF\xBF\xBD");
+
+  // n choices: in order, each with its index, text and finish reason; one usage.
+  Completion three = Sample();
+  three.choices.push_back({"b", "length", {}});
+  three.choices.push_back({"c", "stop", {}});
+  Json many = Json::parse(RenderCompletion(kChat, three));
+  ASSERT_EQ(many["choices"].size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(many["choices"][i]["index"], i);
+  EXPECT_EQ(many["choices"][1]["message"]["content"], "b");
+  EXPECT_EQ(many["choices"][1]["finish_reason"], "length");
+  EXPECT_EQ(many["choices"][2]["message"]["content"], "c");
+  EXPECT_EQ(many["usage"]["completion_tokens"], 3);
 }
 
 // Two tokens: "h\xC3" (half of "é", the rest in the next token) and "\xA9!", so the text is
 // "hé!"; the second token's text starts at character 1 (inside the "é" the first began).
 Completion WithLogprobs() {
   Completion c = Sample();
-  c.text = "h\xC3\xA9!";
+  c.choices[0].text = "h\xC3\xA9!";
   c.has_logprobs = true;
-  c.logprobs.push_back({"h\xC3", -0.25f, {{"h\xC3", -0.25f}, {"x", -2.0f}}, 0});
-  c.logprobs.push_back({"\xA9!", -std::numeric_limits<float>::infinity(), {}, 1});
+  c.choices[0].logprobs.push_back({"h\xC3", -0.25f, {{"h\xC3", -0.25f}, {"x", -2.0f}}, 0});
+  c.choices[0].logprobs.push_back({"\xA9!", -std::numeric_limits<float>::infinity(), {}, 1});
   return c;
 }
 
@@ -195,7 +218,7 @@ TEST(RenderTest, LogprobsShapes) {
 
   // Asked for and none yet: an empty object, not null; not asked: null.
   Completion none = WithLogprobs();
-  none.logprobs.clear();
+  none.choices[0].logprobs.clear();
   EXPECT_TRUE(Json::parse(RenderCompletion(kChat, none))["choices"][0]["logprobs"]["content"]
                   .empty());
   EXPECT_TRUE(Json::parse(RenderCompletion(kChat, Sample()))["choices"][0]["logprobs"].is_null());
@@ -208,20 +231,28 @@ Json EventJson(const std::string& event) {
 }
 
 TEST(RenderTest, StreamShapes) {
-  Json first = EventJson(RenderStreamDelta(kChat, Sample(), "he", true));
+  Json first = EventJson(RenderStreamDelta(kChat, Sample(), 0, "he", true));
   EXPECT_EQ(first["object"], "chat.completion.chunk");
   EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
   EXPECT_EQ(first["choices"][0]["delta"]["content"], "he");
   EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
-  Json next = EventJson(RenderStreamDelta(kChat, Sample(), "llo", false));
+  Json next = EventJson(RenderStreamDelta(kChat, Sample(), 0, "llo", false));
   EXPECT_FALSE(next["choices"][0]["delta"].contains("role"));
   const Completion lp = WithLogprobs();
-  Json with = EventJson(RenderStreamDelta(kChat, lp, "h", false, {lp.logprobs.data(), 1}));
+  Json with =
+      EventJson(RenderStreamDelta(kChat, lp, 0, "h", false, {lp.choices[0].logprobs.data(), 1}));
   ASSERT_EQ(with["choices"][0]["logprobs"]["content"].size(), 1u);
   EXPECT_EQ(with["choices"][0]["logprobs"]["content"][0]["bytes"], Json::array({0x68, 0xC3}));
   EXPECT_TRUE(next["choices"][0]["logprobs"].is_null());
-  Json fin = EventJson(RenderStreamFinish(kChat, Sample()));
+  Json fin = EventJson(RenderStreamFinish(kChat, Sample(), 0, "stop"));
   EXPECT_EQ(fin["choices"][0]["finish_reason"], "stop");
+  // Another choice's chunks name it.
+  Json third = EventJson(RenderStreamDelta(kC, Sample(), 2, "x", true));
+  EXPECT_EQ(third["choices"][0]["index"], 2);
+  EXPECT_EQ(third["choices"][0]["text"], "x");
+  Json third_fin = EventJson(RenderStreamFinish(kC, Sample(), 2, "length"));
+  EXPECT_EQ(third_fin["choices"][0]["index"], 2);
+  EXPECT_EQ(third_fin["choices"][0]["finish_reason"], "length");
   Json usage = EventJson(RenderStreamUsage(kC, Sample()));
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"]["completion_tokens"], 3);
