@@ -257,8 +257,13 @@ class Server final : public WorkerServer {
           const auto now = Clock::now();
           if (prefill_pending->exchange(false)) {
             queued_prefill_->Remove(unserved_key);
-            std::lock_guard<std::mutex> lock(unserved_mu_);
-            unserved_.erase(unserved_key);
+            {
+              std::lock_guard<std::mutex> lock(unserved_mu_);
+              unserved_.erase(unserved_key);
+            }
+            // Its prefill left the queue: routers that did not send it (and so see no first
+            // token) learn it now, not a report period later.
+            asio::post(io_, [this] { LoadReportSoon(); });
           }
           auto connection = weak.lock();
           if (e.kind == sched::StreamEvent::Kind::kToken) {

@@ -1,8 +1,13 @@
 // The load a router's policy sees for a worker between two of its load reports
 // (chunkserve_router_worker_queued_prefill_tokens / _running_sequences), against a worker whose
-// reports the test sets to the token (FakeWorker, over the real wire protocol) and a real
-// chunkserve-router process.
+// reports the test sets to the token (FakeWorker, over the real wire protocol) or a real worker,
+// and real chunkserve-router processes.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 
 #include "tests/router/fake_worker.h"
 #include "tests/router/router_test_util.h"
@@ -85,6 +90,40 @@ TEST(RouterLoadViewTest, FirstTokenTakesOffTheUncachedPromptOnly) {
   // The request left: the router takes it off the last report's running sequences.
   ExpectView(*router, "worker_running_sequences", "w0", 0);
   ExpectView(*router, "worker_queued_prefill_tokens", "w0", 2000);
+}
+
+// Two routers share a worker and a request goes through the first. The second sees no first
+// token: only the worker's report tells it that the prefill left the queue, and the worker sends
+// one within milliseconds of the first token, not at its next period (a minute here).
+TEST(RouterLoadViewTest, AFirstTokenReachesARouterThatDidNotSendTheRequest) {
+  // Leases longer than the test: the worker reports only when something happens.
+  ASSERT_OK_AND_ASSIGN(auto a, RouterProcess::Start({"--lease-ms", "600000"}));
+  ASSERT_OK_AND_ASSIGN(auto b, RouterProcess::Start({"--lease-ms", "600000"}));
+  // The engine's test hook: it takes no step while this file exists.
+  const std::string stall = ::testing::TempDir() + "/load_view_stall_" + std::to_string(::getpid());
+  std::remove(stall.c_str());
+  ::setenv("CHUNKSERVE_TEST_STALL_FILE", stall.c_str(), 1);  // inherited by the child only
+  auto started =
+      StartWorker(a->address() + "," + b->address(), "w0", {"--load-report-ms", "60000"});
+  ::unsetenv("CHUNKSERVE_TEST_STALL_FILE");
+  ASSERT_OK(started.status());
+  ExpectWorkersAlive(*a, 1);
+  ExpectWorkersAlive(*b, 1);
+
+  std::ofstream(stall) << "stall\n";
+  ASSERT_OK_AND_ASSIGN(auto client, a->Connect());
+  ASSERT_OK(SendGenerate(*client, 1, Tokens(300, 3), 1000));
+  // Waiting in the frozen engine: the report sent on its arrival shows its prompt.
+  ExpectView(*b, "worker_queued_prefill_tokens", "w0", 300);
+  std::remove(stall.c_str());
+  ASSERT_OK_AND_ASSIGN(DecodedMessage first, client->Receive(60s));
+  ASSERT_EQ(first.root().which(), Envelope::TOKEN);
+  // Frozen again mid-generation: no end (and so no report for one) comes.
+  std::ofstream(stall) << "stall\n";
+  ExpectView(*b, "worker_queued_prefill_tokens", "w0", 0);
+  std::remove(stall.c_str());
+  const Outcome o = ReceiveAll(*client, {1})[1];
+  EXPECT_TRUE(o.finished);
 }
 
 }  // namespace
