@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "runtime/wire/messages.h"
+
 namespace chunkserve::wire {
 namespace {
 
@@ -86,6 +88,11 @@ Result<std::unique_ptr<WireClient>> WireClient::Connect(const std::string& host,
     }
   }
   if (auth) {
+    // A Ping first, as Connection does (connection.h): the first answer says at once whether a
+    // Challenge will come.
+    capnp::MallocMessageBuilder ping;
+    ping.initRoot<schema::Envelope>().initPing().setNonce(0);
+    CHUNKSERVE_RETURN_IF_ERROR(client->Send(ping));
     Result<DecodedMessage> first = client->ReceiveRaw(Left(deadline));
     if (!first.ok()) {
       return first.status().code() == StatusCode::kDeadlineExceeded
@@ -94,6 +101,16 @@ Result<std::unique_ptr<WireClient>> WireClient::Connect(const std::string& host,
                  : first.status();
     }
     schema::Envelope::Reader root = first.value().root();
+    if (root.which() == schema::Envelope::PONG) {
+      return Status::Unauthenticated(
+          "the server answered without an authentication challenge: it does not require "
+          "authentication (connect without a secret or token)");
+    }
+    if (root.which() == schema::Envelope::ERROR) {
+      return Status(FromWireErrorCode(root.getError().getCode()),
+                    std::string("the server refused the connection: ") +
+                        root.getError().getMessage().cStr());
+    }
     if (root.which() != schema::Envelope::CHALLENGE) {
       return Status::FailedPrecondition("expected the server's authentication challenge first");
     }

@@ -8,8 +8,11 @@
 // Owns its own io_context; every call blocks the calling thread up to its timeout. Receive
 // returns DeadlineExceeded on timeout, Unavailable when the peer closed, DataLoss on a
 // malformed frame. Keepalive frames are handled inside Receive (a Ping is answered, a Pong
-// skipped). With `auth`, Connect waits for the server's Challenge and answers it before
-// returning (Unauthenticated when none comes within the timeout); without it, a Challenge makes
+// skipped). With `auth`, Connect sends a Ping, waits for the server's Challenge and answers it
+// before returning: a server that answers the Ping first requires no authentication
+// (Unauthenticated at once), one that answers with an Error refused the connection (a TLS server
+// to a plaintext client: Unauthenticated, "requires TLS"), and none within the timeout is
+// Unauthenticated too; without `auth`, a Challenge makes
 // Receive return Unauthenticated. With `tls` (a client TlsContext) the connection is TLS and the
 // server's certificate must match `host`; a failed handshake is Unauthenticated.
 //

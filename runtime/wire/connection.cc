@@ -72,7 +72,12 @@ void Connection::Start(MessageHandler on_message, CloseHandler on_close) {
   }
   if (gated_ && first.count() <= 0) first = kDefaultAuthTimeout;
   if (transport_->tls() && first.count() <= 0) first = kDefaultAuthTimeout;
-  if (options_.ping_first) {
+  // A connection that must authenticate speaks first too: a server that challenges sent its
+  // Challenge before it read anything (the Pong comes after it), one that requires no
+  // authentication answers with the Pong alone, and a TLS server answers a plaintext frame with
+  // an Error saying TLS is required. So the first answer tells at once what waiting silently for
+  // a Challenge would learn only at the deadline (HandleControl).
+  if (options_.ping_first || gated_) {
     capnp::MallocMessageBuilder builder;
     builder.initRoot<Envelope>().initPing().setNonce(next_ping_++);
     (void)Enqueue(EncodeOrEmpty(builder), true);
@@ -245,6 +250,11 @@ void Connection::DoRead() {
   });
 }
 
+bool Connection::Gated() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return gated_;
+}
+
 bool Connection::HandleControl(DecodedMessage& message) {
   Envelope::Reader root = message.root();
   switch (root.which()) {
@@ -255,7 +265,22 @@ bool Connection::HandleControl(DecodedMessage& message) {
       return true;
     }
     case Envelope::PONG:
+      if (Gated()) {
+        CloseOnLoop(Status::Unauthenticated(
+            "the server answered without an authentication challenge: it does not require "
+            "authentication here, or it is not the server meant (configure no secret for it)"));
+      }
       return true;
+    case Envelope::ERROR:
+      // Before the Challenge, an Error for the connection is the server's refusal (TLS required,
+      // no room): it ends the connection with that reason.
+      if (Gated() && root.getError().getRequestId() == 0) {
+        CloseOnLoop(Status(FromWireErrorCode(root.getError().getCode()),
+                           std::string("the server refused the connection: ") +
+                               root.getError().getMessage().cStr()));
+        return true;
+      }
+      return false;
     case Envelope::CHALLENGE: {
       if (!options_.client_auth || options_.client_auth->key.empty()) {
         CloseOnLoop(Status::Unauthenticated(

@@ -24,10 +24,12 @@
 // Authentication (auth.h): with server_auth enabled, Start sends a Challenge and every frame before
 // a valid Auth is refused (Error unauthenticated, then close); the handshake deadline applies to
 // it (10 s when none is set). With client_auth, the connection holds what the application sends
-// until the peer's Challenge arrived and was answered with Auth (a server that sends no Challenge
-// within the handshake deadline, 10 s when none is set, closes it with Unauthenticated: it is not
-// configured for authentication); without client_auth, a Challenge closes the connection with
-// Unauthenticated. Once authenticated as worker or router, the frame limit rises to
+// until the peer's Challenge arrived and was answered with Auth. It sends a Ping at Start, so a
+// server that answers with a Pong before any Challenge (it requires no authentication) or with
+// an Error for the connection (a TLS server to a plaintext peer, a refusal) closes it at once
+// with Unauthenticated or the Error's code; one that sends nothing within the handshake deadline
+// (10 s when none is set) closes it with Unauthenticated too. Without client_auth, a Challenge
+// closes the connection with Unauthenticated. Once authenticated as worker or router, the frame limit rises to
 // trusted_max_message_bytes.
 //
 // TLS: with `tls` set the connection runs the TLS handshake first (within the handshake
@@ -120,8 +122,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void ArmTimer(std::chrono::milliseconds timeout);
   void ArmKeepalive();
   void AccountBuffered();
-  // Handles connection-level frames (keepalive, authentication); true when consumed.
+  // Handles connection-level frames (keepalive, authentication, and while it waits for the
+  // server's Challenge the answers that say none will come); true when consumed.
   bool HandleControl(DecodedMessage& message);
+  bool Gated() const;  // client_auth, and the server's Challenge not answered yet
   void RefuseAndClose(const Status& status);
   // Queues a frame past the authentication gate (keepalive and authentication frames).
   Status Enqueue(std::vector<uint8_t> frame, bool bypass_gate);

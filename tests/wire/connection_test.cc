@@ -11,6 +11,7 @@
 #include <mutex>
 #include <vector>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "runtime/wire/client.h"
@@ -348,12 +349,38 @@ TEST(ConnectionTest, ChallengeResponseAuthentication) {
   // No secret at all: the first frame is refused.
   ASSERT_OK_AND_ASSIGN(auto anonymous, WireClient::Connect("127.0.0.1", server.port(), 5s));
   EXPECT_THAT(echo_role(*anonymous).status(), StatusIs(StatusCode::kUnauthenticated));
-  // A peer with a secret against a server that requires none: a clear error, not a hang.
+  // A peer with a secret against a server that requires none: a clear error at the server's
+  // first answer, not at the deadline.
   EchoServer open({});
-  EXPECT_THAT(WireClient::Connect("127.0.0.1", open.port(), 300ms, {},
+  EXPECT_THAT(WireClient::Connect("127.0.0.1", open.port(), 30s, {},
                                   ClientAuth{keys->cluster_secret, schema::AuthRole::WORKER})
                   .status(),
-              StatusIs(StatusCode::kUnauthenticated));
+              StatusIs(StatusCode::kUnauthenticated,
+                       ::testing::HasSubstr("answered without an authentication challenge")));
+}
+
+// Runs an authenticating Connection (as a worker's router link or a gateway's upstream link is)
+// against 127.0.0.1:port until it closes; returns why.
+Status AuthenticatingLinkClosesWith(uint16_t port) {
+  asio::io_context io;
+  asio::ip::tcp::socket s(io);
+  s.connect({asio::ip::make_address("127.0.0.1"), port});
+  ConnectionOptions o;
+  o.client_auth = ClientAuth{"cluster-secret-0123456789abcdef", schema::AuthRole::WORKER};
+  o.handshake_timeout = 30s;
+  auto c = Connection::Create(std::move(s), o);
+  std::optional<Status> reason;
+  c->Start([](DecodedMessage&) {}, [&](const Status& why) { reason = why; });
+  const auto give_up = std::chrono::steady_clock::now() + 60s;
+  while (!reason.has_value() && std::chrono::steady_clock::now() < give_up) io.run_for(20ms);
+  return reason.value_or(Status::Internal("still open after 60 s"));
+}
+
+TEST(ConnectionTest, AnAuthenticatingLinkToAServerWithoutAuthenticationEndsAtItsFirstAnswer) {
+  EchoServer open({});
+  EXPECT_THAT(AuthenticatingLinkClosesWith(open.port()),
+              StatusIs(StatusCode::kUnauthenticated,
+                       ::testing::HasSubstr("answered without an authentication challenge")));
 }
 
 TEST(ConnectionTest, AnAuthenticatingConnectionHoldsItsFramesUntilChallenged) {
@@ -447,6 +474,20 @@ TEST(ConnectionTlsTest, APlaintextPeerIsToldThatTlsIsRequired) {
   EXPECT_THAT(plain->Receive(5s).status(), StatusIs(StatusCode::kUnavailable));
   ASSERT_TRUE(server.WaitClosed(1, 5s));
   EXPECT_THAT(server.reasons()[0], StatusIs(StatusCode::kUnauthenticated));
+}
+
+// A plaintext peer that holds a secret waits for a Challenge before it sends anything; a TLS
+// server waits for a TLS handshake. The peer's opening Ping breaks the silence: the server's
+// plaintext Error says TLS is required (it used to be "no authentication challenge" after 10 s).
+TEST(ConnectionTlsTest, AnAuthenticatingPlaintextPeerIsToldThatTlsIsRequired) {
+  EchoServer server(TlsServer(testing::NodeTlsFiles()));
+  EXPECT_THAT(WireClient::Connect("127.0.0.1", server.port(), 30s, {},
+                                  ClientAuth{"client-token-0123456789abcdef",
+                                             schema::AuthRole::CLIENT})
+                  .status(),
+              StatusIs(StatusCode::kUnauthenticated, ::testing::HasSubstr("requires TLS")));
+  EXPECT_THAT(AuthenticatingLinkClosesWith(server.port()),
+              StatusIs(StatusCode::kUnauthenticated, ::testing::HasSubstr("requires TLS")));
 }
 
 TEST(ConnectionTlsTest, ACertificateFromAnotherAuthorityIsRefusedBothWays) {
