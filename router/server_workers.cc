@@ -180,6 +180,7 @@ void Server::OnDataConnected(WorkerId id, asio::ip::tcp::socket socket) {
   copts.ping_first = true;
   copts.keepalive_interval = options_.keepalive;
   copts.idle_timeout = options_.link_idle_timeout;
+  copts.idle_counts_sends = false;  // our Pings must not keep a silent worker's link alive
   // TLS: the worker's certificate must match the address it advertised; ours proves membership.
   copts.tls = options_.tls_client;
   copts.tls_host = member->registration.host;

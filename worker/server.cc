@@ -452,6 +452,7 @@ class Server final : public WorkerServer {
     }
     copts.keepalive_interval = options_.router_keepalive;
     copts.idle_timeout = options_.router_idle_timeout;  // the router pings a quiet link
+    copts.idle_counts_sends = false;  // our reports must not keep a silent router's link alive
     // TLS: the router's certificate must match the address dialled; ours proves membership.
     copts.tls = options_.tls_client;
     copts.tls_host = link->host;

@@ -1,5 +1,9 @@
 #include "runtime/wire/connection.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <atomic>
 #include <string>
 #include <utility>
@@ -45,6 +49,12 @@ Connection::Connection(asio::ip::tcp::socket socket, ConnectionOptions options)
   gated_ = options_.client_auth.has_value();
   asio::error_code ignored;
   transport_->socket().set_option(asio::ip::tcp::no_delay(true), ignored);
+  if (options_.unacked_timeout.count() > 0) {
+    const auto ms = static_cast<unsigned int>(options_.unacked_timeout.count());
+    // Best effort: where the option does not exist the kernel's retransmission limit applies.
+    (void)::setsockopt(transport_->socket().native_handle(), IPPROTO_TCP, TCP_USER_TIMEOUT, &ms,
+                       sizeof(ms));
+  }
 }
 
 Connection::~Connection() {
@@ -128,14 +138,26 @@ void Connection::ArmTimer(std::chrono::milliseconds timeout) {
     std::lock_guard<std::mutex> lock(mu_);
     gated = gated_;
   }
+  const bool idle = !awaiting_auth_ && !gated && got_first_message_;
   const char* what = awaiting_auth_        ? "authentication deadline passed"
                      : gated               ? "the server sent no authentication challenge"
                      : !got_first_message_ ? "handshake deadline passed"
                                            : "idle deadline passed";
-  timer_.async_wait([weak, what, timeout, gated](const asio::error_code& ec) {
+  timer_.async_wait([weak, what, timeout, gated, idle](const asio::error_code& ec) {
     if (ec) return;  // cancelled or re-armed
     if (auto self = weak.lock()) {
-      const std::string why = std::string(what) + " (" + Ms(timeout) + ")";
+      if (idle && self->options_.idle_counts_sends) {
+        // A peer this side still streams to is not idle: the deadline runs from the last write.
+        const auto since = std::chrono::steady_clock::now() - self->last_sent_;
+        if (since < self->options_.idle_timeout) {
+          self->ArmTimer(std::chrono::duration_cast<std::chrono::milliseconds>(
+                             self->options_.idle_timeout - since) +
+                         std::chrono::milliseconds(1));
+          return;
+        }
+      }
+      const std::string why =
+          std::string(what) + " (" + Ms(idle ? self->options_.idle_timeout : timeout) + ")";
       self->CloseOnLoop(gated ? Status::Unauthenticated(
                                     why + ": it does not require authentication here, or it is "
                                           "not a chunkserve server")
@@ -423,6 +445,7 @@ void Connection::DoWrite() {
       self->CloseOnLoop(Status::Unavailable("connection write failed: " + ec.message()));
       return;
     }
+    self->last_sent_ = std::chrono::steady_clock::now();
     self->DoWrite();
   });
 }

@@ -9,11 +9,16 @@
 //
 // Bounds and deadlines, each closing the connection with a Status naming it:
 //  - handshake: the first message must arrive within handshake_timeout (DeadlineExceeded);
-//  - idle: some message must arrive within idle_timeout (DeadlineExceeded);
+//  - idle: some message must arrive within idle_timeout (DeadlineExceeded); with
+//    idle_counts_sends, or some frame be written to the peer;
 //  - frame: a frame, once its first byte arrived, must complete within frame_timeout
 //    (DeadlineExceeded), so a peer cannot hold a partial frame (and its memory) forever;
 //  - budget: bytes of partial frames are reserved in a ByteBudget shared by every connection of
 //    the process (ResourceExhausted when it is spent).
+//
+// Unacknowledged data: sent bytes the peer has not acknowledged for unacked_timeout close the
+// connection (TCP_USER_TIMEOUT), so a peer that vanished while this side streams to it is
+// noticed without waiting for it to speak.
 //
 // Keepalive: with keepalive_interval > 0 the connection sends a Ping whenever nothing has been
 // received for that long (ping_first: also at once on Start, so the peer's handshake deadline is
@@ -74,8 +79,18 @@ struct ConnectionOptions {
   size_t max_outgoing_bytes = 32u << 20;           // queued, unsent bytes
   std::chrono::milliseconds handshake_timeout{0};  // first message; 0 = none
   std::chrono::milliseconds idle_timeout{0};       // between messages; 0 = none
+  // The idle deadline also runs from the last frame this side wrote: a peer that only reads
+  // (a client streaming a long answer) is not idle while it is streamed to; if it vanished,
+  // unacked_timeout notices. Servers set it for the connections they accept.
+  bool idle_counts_sends = false;
   std::chrono::milliseconds frame_timeout{0};      // complete a started frame; 0 = none
   std::chrono::milliseconds keepalive_interval{0};  // Ping after this long without traffic
+  // Sent data the peer has not acknowledged for this long closes the connection (the kernel's
+  // TCP_USER_TIMEOUT; 0: the kernel's default, retransmissions for about 15 minutes). A peer cut
+  // off silently while this side streams to it (a partition, a host gone) is noticed then,
+  // and what runs for it is cancelled; a live peer acknowledges within round trips, also one
+  // that reads slowly (its zero-window probes are acknowledged).
+  std::chrono::milliseconds unacked_timeout{10000};
   bool ping_first = false;                          // Ping at Start
   std::shared_ptr<ByteBudget> budget;               // partial-frame bytes, process-wide
   std::shared_ptr<const AuthKeys> server_auth;      // challenge the peer (when enabled)
@@ -149,6 +164,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool frame_timer_armed_ = false;
   size_t reserved_ = 0;  // bytes held in options_.budget
   std::chrono::steady_clock::time_point last_received_;
+  std::chrono::steady_clock::time_point last_sent_;  // a write completed (loop thread)
   std::vector<uint8_t> challenge_;  // server side: the nonce sent; empty once authenticated
   bool awaiting_auth_ = false;
   std::optional<schema::AuthRole> peer_role_;

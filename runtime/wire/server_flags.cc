@@ -71,6 +71,7 @@ Result<ServerConnections> MakeServerConnections(const ServerFlags& f) {
   c.frame_timeout = std::chrono::milliseconds(f.frame_timeout_ms);
   c.handshake_timeout = std::chrono::milliseconds(f.handshake_timeout_ms);
   c.idle_timeout = std::chrono::milliseconds(f.idle_timeout_ms);
+  c.idle_counts_sends = true;  // a client reading a long stream is not idle
   c.budget = std::make_shared<ByteBudget>(static_cast<size_t>(f.buffer_budget_mb) << 20);
   if (!secret.empty()) {
     auto keys = std::make_shared<AuthKeys>();

@@ -327,9 +327,11 @@ def main():
         choices_checks(worker.url, "worker")
         disconnect_check(worker.url, worker.url, "worker, n=3", n=3)
 
+        # A short client idle timeout: an answer that streams longer must still complete (the
+        # gateway's link only reads while it is streamed to).
         router = Proc([f"{BIN}/chunkserve-router", "--listen", "127.0.0.1:0",
                        "--http", "127.0.0.1:0", "--tokenizer", MODEL,
-                       "--served-model-name", NAME])
+                       "--served-model-name", NAME, "--idle-timeout-ms", "2000"])
         procs.append(router)
         worker2 = Proc([f"{BIN}/chunkserve-worker", "--listen", "127.0.0.1:0",
                         "--http", "127.0.0.1:0", "--model", MODEL, "--served-model-name", NAME,
@@ -345,6 +347,14 @@ def main():
               "logprobs through the router equal the worker's")
         disconnect_check(router.url, worker2.url, "router")
         choices_checks(router.url, "router")
+        client = openai.OpenAI(base_url=router.url + "/v1", api_key="unused", max_retries=0,
+                               timeout=300)
+        start = time.time()
+        long = client.completions.create(model=NAME, prompt="Once upon a time", max_tokens=800,
+                                         temperature=0, extra_body={"ignore_eos": True})
+        took = time.time() - start
+        check(long.usage.completion_tokens == 800,
+              f"router: an answer streamed for {took:.1f} s outlives the 2 s client idle timeout")
 
         # The API key.
         keyfile = tempfile.NamedTemporaryFile("w", delete=False)

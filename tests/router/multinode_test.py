@@ -10,8 +10,8 @@ using the commands that README shows, checks what the case is about, prints what
                     phase and its control, every request complete, exact token counts, hits
   baseline_tls      the same with TLS on every wire link (cluster CA, a certificate per node)
   worker_partition  a worker cut off silently while it streams: detection time, re-routed and
-                    migrated requests, every token once; heal: it rejoins and serves, no stale
-                    index entries
+                    migrated requests, every token once, its orphaned streams cancelled during
+                    the partition; heal: it rejoins and serves, no stale index entries
   client_partition  the client cut off from the router mid-stream: the client's error within its
                     bound, the workers' chunks freed
   lossy             20 ms and 1% loss on every link under load for CSN_LOSSY_SECONDS (default
@@ -44,6 +44,7 @@ LEASE_S = 3.0  # netns_cluster.sh starts routers with --lease-ms 3000
 LINK_IDLE_S = 5.0  # the router's --link-idle-timeout-ms default: the keepalive bound
 RECONNECT_MAX_S = 5.0  # a worker's reconnect backoff cap
 CONNECT_TIMEOUT_S = 3.0  # a worker's connection attempt to a router
+UNACKED_S = 10.0  # wire connections close when sent data stays unacknowledged this long
 
 
 class Skip(Exception):
@@ -365,15 +366,18 @@ def baseline(a, tls=False):
 
 
 def worker_partition(a):
-    partition_s = float(os.environ.get("CSN_PARTITION_SECONDS", "12"))
+    partition_s = float(os.environ.get("CSN_PARTITION_SECONDS", "20"))
     up = ["--workers", "3", "--policy", "round_robin", "--kv-mb", "32"]
     with Cluster(a.script, a.bin, "wpart", up) as c:
         c.shape("all", "delay", "2ms", "1ms")
         rng = random.Random(22)
         prefixes = [tokens(rng, 256) for _ in range(4)]
-        # Long streams, one every 0.1 s, round robin over the 3 workers (4 each).
+        # Long streams, one every 0.1 s, round robin over the 3 workers (4 each); long enough
+        # that w1's cannot end on their own during the partition (near the model's 8192
+        # positions).
+        stream_tokens = 7800
         streams = [{"arrival_s": 0.1 * i, "prompt": prefixes[i % 4] + tokens(rng, 16),
-                    "output_tokens": 1500} for i in range(12)]
+                    "output_tokens": stream_tokens} for i in range(12)]
         # Short requests that arrive just after the cut (their loadgen is connected before it),
         # while the router still counts the worker: round robin gives it every third, which
         # cannot start there (re-routed at detection).
@@ -390,7 +394,8 @@ def worker_partition(a):
         running = poll(lambda: (c.metric("w1", "chunkserve_running") or 0) >=
                        (4 if time.time() - bg.started < 2.0 else 1), 60, 0.05)
         check(running, "w1 streams before the cut")
-        measured("streams running on w1 at the cut", int(c.metric("w1", "chunkserve_running")))
+        on_w1 = int(c.metric("w1", "chunkserve_running"))
+        measured("streams running on w1 at the cut", on_w1)
         burst_p = c.loadgen_background(["--trace", c.trace("burst", burst), *common], "burst")
         t_cut = c.cut("w1")
         up_w1 = 'chunkserve_router_worker_up{worker="w1"}'
@@ -414,6 +419,19 @@ def worker_partition(a):
         measured("unstarted requests re-routed", int(rerouted))
         check(migrated >= 1, "w1's streams migrated (%d)" % migrated)
         check(rerouted >= 1, "requests sent to w1 after the cut were re-routed (%d)" % rerouted)
+        # w1 cannot tell a silent partition from a quiet router, but the tokens it streams into
+        # the cut stay unacknowledged: at UNACKED_S its data link closes and the orphaned
+        # streams are cancelled, long before the partition heals.
+        orphans_ended = poll(lambda: worker_idle(c, "w1"), UNACKED_S + 5.0, 0.1)
+        t_orphans = time.time()
+        check(orphans_ended, "w1 ended its orphaned streams during the partition")
+        measured("cut -> w1's orphaned streams ended", "%.2f" % (t_orphans - t_cut),
+                 "s (unacknowledged-data timeout %.0f s)" % UNACKED_S)
+        check(t_orphans - t_cut < partition_s, "before the heal")
+        generated = c.metric("w1", "chunkserve_generated_tokens_total")
+        measured("tokens w1 generated", "%d (its %d streams ask %d)" % (
+            generated, on_w1, on_w1 * stream_tokens))
+        check(generated < on_w1 * stream_tokens, "cancelled, not run to their end")
 
         # Heal after the partition has lasted partition_s (the worker closed its router link at
         # its idle deadline and has been trying to reconnect into the void since).
@@ -433,8 +451,7 @@ def worker_partition(a):
         # Every request of both runs completed, each token exactly once.
         check_phase(c.finish_background(bg, 240)[0], "streams")
         check_phase(c.finish_background(burst_p, 240)[0], "burst")
-        # The orphaned streams on w1 end (they ran on into the closed link, or were cancelled)
-        # and every worker goes idle: no chunk stays referenced.
+        # Every worker goes idle: no chunk stays referenced.
         idle = poll(lambda: all(worker_idle(c, w) for w in ("w0", "w1", "w2")), 120, 0.5)
         check(idle, "every worker idle afterwards (no running request, no referenced KV)")
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <vector>
 #include <chrono>
@@ -220,6 +221,52 @@ TEST(ConnectionTest, KeepaliveKeepsAnIdleLinkOpenAndADeadPeerIsNotKept) {
   alive->Close(Status::Ok());
   io.restart();
   io.run_for(100ms);
+}
+
+// A server streams a Token every 20 ms for 1.5 s to a peer that sends one frame and then only
+// reads (a client streaming a long answer); the server's idle deadline is 300 ms. Returns how
+// the server's side closed (OK: still open at the end).
+Status StreamToAReader(bool idle_counts_sends) {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  auto reader = WireClient::Connect("127.0.0.1", acceptor.local_endpoint().port(), 5s);
+  if (!reader.ok()) return reader.status();
+  CHUNKSERVE_RETURN_IF_ERROR(SendCancel(**reader, 1));
+  asio::ip::tcp::socket socket = acceptor.accept();
+  ConnectionOptions o;
+  o.idle_timeout = 300ms;
+  o.idle_counts_sends = idle_counts_sends;
+  auto server = Connection::Create(std::move(socket), o);
+  std::optional<Status> closed;
+  server->Start([](DecodedMessage&) {}, [&](const Status& why) { closed = why; });
+  asio::steady_timer tick(io);
+  std::function<void()> stream = [&] {
+    capnp::MallocMessageBuilder b;
+    b.initRoot<schema::Envelope>().initToken().setRequestId(1);
+    (void)server->Send(b);
+    tick.expires_after(20ms);
+    tick.async_wait([&](const asio::error_code& ec) {
+      if (!ec) stream();
+    });
+  };
+  stream();
+  std::thread loop([&] { io.run_for(1500ms); });
+  const auto end = std::chrono::steady_clock::now() + 1500ms;
+  while (std::chrono::steady_clock::now() < end && (*reader)->Receive(100ms).ok()) {
+  }
+  loop.join();
+  const Status result = closed.value_or(Status::Ok());
+  tick.cancel();
+  server->Close(Status::Ok());
+  io.restart();
+  io.run_for(50ms);
+  return result;
+}
+
+TEST(ConnectionTest, APeerThatIsStreamedToIsNotIdle) {
+  EXPECT_OK(StreamToAReader(/*idle_counts_sends=*/true));
+  EXPECT_THAT(StreamToAReader(/*idle_counts_sends=*/false),
+              StatusIs(StatusCode::kDeadlineExceeded, ::testing::HasSubstr("idle deadline")));
 }
 
 TEST(ConnectionTest, PingFirstMeetsThePeersHandshakeDeadline) {
