@@ -59,6 +59,10 @@ int Main(int argc, char** argv) {
   bool tp_comm_given = false, kv_dtype_given = false;
   WorkerOptions options;
   wire::ServerFlags server_flags;
+  // As the router: a connection neither side used for a minute is closed. Router data links
+  // ping every second, clients every 5 s, and a peer being streamed to is not idle; what this
+  // reaps is the connection of a peer that vanished without a word while nothing flowed.
+  server_flags.idle_timeout_ms = 60000;
   openai::ApiFlags api_flags;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];

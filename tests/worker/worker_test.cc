@@ -497,6 +497,29 @@ TEST(WorkerTest, SilentConnectionsHitTheHandshakeDeadline) {
   EXPECT_EQ(silent->Receive(30s).status().code(), StatusCode::kUnavailable);
 }
 
+TEST(WorkerTest, AnIdleConnectionIsClosedButOneBeingStreamedToIsNot) {
+  // A 1 s idle deadline (60 s by default): a client that spoke once and then went quiet is
+  // closed; one that sends its request and then only reads a longer stream is not, because the
+  // deadline also runs from what the worker sends it.
+  std::vector<std::string> args = kArgs;
+  args.insert(args.end(), {"--idle-timeout-ms", "1000"});
+  ASSERT_OK_AND_ASSIGN(auto worker, WorkerProcess::Start(args));
+  ASSERT_OK_AND_ASSIGN(auto idle, worker->Connect());
+  ASSERT_OK(SendSimple(*idle, Envelope::HEALTH_REQUEST));
+  ASSERT_OK(ReceiveKind(*idle, Envelope::HEALTH).status());
+  ASSERT_OK_AND_ASSIGN(auto reader, worker->Connect());
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_OK(SendGenerate(*reader, 1, Prompt(40, 1), 8000));
+  const Streamed s = ReceiveUntilEnd(*reader, 1);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("8000 tokens streamed in %.2f s against a 1 s idle deadline\n", took);
+  EXPECT_TRUE(s.finished);
+  EXPECT_EQ(s.reason, wire::schema::FinishReason::LENGTH);
+  EXPECT_EQ(s.tokens.size(), 8000u);
+  EXPECT_EQ(idle->Receive(30s).status().code(), StatusCode::kUnavailable);
+}
+
 TEST(WorkerTest, SigtermDrainsInFlightRequestsThenExitsZero) {
   // The drain deadline is far beyond what the request needs even on a loaded CI machine (the
   // default 30 s once was not, under ctest -j), so the request must end with `length`.
