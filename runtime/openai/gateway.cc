@@ -67,7 +67,6 @@ struct Call {
   std::unordered_set<TokenId> stop_ids;
   Completion completion;  // id, created, model, usage; the choices at the end
   std::vector<Sample> samples;
-  int32_t open = 0;      // samples not done
   size_t max_stop = 0;   // longest stop string
   bool stream_started = false;
   bool done = false;
@@ -118,7 +117,7 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
 
   GatewayStats stats() const override {
     GatewayStats s = stats_;
-    s.in_flight = in_flight_;
+    s.in_flight = InFlight();
     return s;
   }
 
@@ -166,7 +165,7 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
       return Reject(*responder, 404, "the model `" + req.model + "` does not exist; this server serves `" +
                                           model.name + "`", "model_not_found");
     }
-    if (in_flight_ + static_cast<size_t>(req.n) > options_.max_in_flight) {
+    if (InFlight() + static_cast<size_t>(req.n) > options_.max_in_flight) {
       return Reject(*responder, 429, "too many requests in flight", "overloaded");
     }
 
@@ -256,11 +255,9 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
       }
       frames.push_back(wire::EncodeGenerate(g));
     }
-    call->open = req.n;
     call->request = std::move(req);
     ++stats_.requests;
     stats_.prompt_tokens += g.prompt.size();
-    in_flight_ += call->samples.size();
 
     std::weak_ptr<GatewayImpl> weak = shared_from_this();
     std::weak_ptr<Call> weak_call = call;
@@ -528,8 +525,13 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
   }
 
   // Forgets a sample's upstream request (a later message for it is ignored).
-  void Release(Sample& sample) {
-    if (routes_.erase(sample.id) != 0) --in_flight_;
+  void Release(const Sample& sample) { routes_.erase(sample.id); }
+
+  // Upstream requests (one per choice) sent and not ended, or waiting for the link.
+  size_t InFlight() const {
+    size_t n = routes_.size();
+    for (const auto& [call, frames] : waiting_) n += call->done ? 0 : call->samples.size();
+    return n;
   }
 
   // One choice ended well: the rest of its text (streaming) and its finish reason; the call
@@ -552,7 +554,10 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
     } else {
       sample.logprobs = TakeLogprobs(sample, sample.text.size());
     }
-    if (--call.open == 0) Complete(call);
+    if (std::all_of(call.samples.begin(), call.samples.end(),
+                    [](const Sample& s) { return s.done; })) {
+      Complete(call);
+    }
   }
 
   // A successful end, every choice done: the whole answer (or the end of the stream).
@@ -622,21 +627,13 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
       if (!sample.done) Cancel(sample);
       Release(sample);
     }
-    if (sent) {
-      ++stats_.disconnects;
-    } else {
-      // Never sent (the link was not up yet): it leaves the waiting list uncounted.
-      in_flight_ -= call.samples.size();
-    }
+    if (sent) ++stats_.disconnects;  // else never sent: the link was not up yet
   }
 
   void FailWaiting(const Status& status) {
     auto waiting = std::move(waiting_);
     waiting_.clear();
-    for (auto& [call, frames] : waiting) {
-      if (!call->done) in_flight_ -= call->samples.size();
-      End(*call, status);
-    }
+    for (auto& [call, frames] : waiting) End(*call, status);
   }
 
   void FailAll(const Status& status) {
@@ -663,7 +660,6 @@ class GatewayImpl final : public Gateway, public std::enable_shared_from_this<Ga
   std::unordered_map<uint64_t, Route> routes_;  // upstream request id -> its call and choice
   // Calls whose requests wait for the link to come up.
   std::deque<std::pair<std::shared_ptr<Call>, std::vector<std::vector<uint8_t>>>> waiting_;
-  size_t in_flight_ = 0;  // upstream requests (a call's choices) sent or waiting, not ended
   GatewayStats stats_;
 };
 

@@ -34,8 +34,8 @@
 // an Error for the connection (a TLS server to a plaintext peer, a refusal) closes it at once
 // with Unauthenticated or the Error's code; one that sends nothing within the handshake deadline
 // (10 s when none is set) closes it with Unauthenticated too. Without client_auth, a Challenge
-// closes the connection with Unauthenticated. Once authenticated as worker or router, the frame limit rises to
-// trusted_max_message_bytes.
+// closes the connection with Unauthenticated. Once authenticated as worker or router, the frame
+// limit rises to trusted_max_message_bytes.
 //
 // TLS: with `tls` set the connection runs the TLS handshake first (within the handshake
 // deadline) and only then reads and writes frames; a client side verifies the server against
