@@ -15,11 +15,11 @@ namespace {
 // Polling time before an idle worker sleeps: long enough to catch the next decode layer's job
 // without a futex round trip, short enough not to burn a shared core.
 constexpr auto kSpinTime = std::chrono::microseconds(50);
-// Polling time of a caller waiting for the workers to finish its job. Longer: it waits for work it
-// handed out, which is almost done (the last tasks of a job end up to one task apart, ~100-300 us
-// for attention), and waking it from the futex took 50-90 us on a virtualized 2-core machine,
-// 3% of a 3 ms attention call.
-constexpr auto kJoinSpinTime = std::chrono::milliseconds(2);
+// A caller waiting for the workers that joined its job polls as long as a worker, then yields the
+// core until kJoinYieldTime: the last tasks of a job end up to one task apart (~100-300 us for
+// attention), and waking it from the futex took 50-90 us on a virtualized 2-core machine, 3% of a
+// 3 ms attention call. Yielding instead of polling lets a worker that shares this core finish.
+constexpr auto kJoinYieldTime = std::chrono::milliseconds(2);
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -27,19 +27,29 @@ inline void CpuRelax() {
 #endif
 }
 
-// Returns once done(value) holds: polls for a while, then sleeps until the value changes.
+// Returns a value of `value` for which done(value) holds: polls until `spin`, then yields the core
+// until `yield` (if later), then sleeps until the value changes. Loads are sequentially consistent
+// (plain loads on x86): the caller's close-then-count relies on it.
 template <typename T, typename Pred>
-void SpinThenWait(const std::atomic<T>& value, std::chrono::microseconds spin, Pred done) {
-  const auto deadline = std::chrono::steady_clock::now() + spin;
+T SpinThenWait(const std::atomic<T>& value, std::chrono::microseconds spin,
+               std::chrono::microseconds yield, Pred done) {
+  const auto start = std::chrono::steady_clock::now();
   for (int i = 0;; ++i) {
-    if (done(value.load(std::memory_order_acquire))) return;
+    const T now = value.load(std::memory_order_seq_cst);
+    if (done(now)) return now;
     CpuRelax();
-    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) break;
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > start + spin) break;
+  }
+  for (int i = 0;; ++i) {
+    const T now = value.load(std::memory_order_seq_cst);
+    if (done(now)) return now;
+    if ((i & 15) == 15 && std::chrono::steady_clock::now() > start + yield) break;
+    std::this_thread::yield();
   }
   for (;;) {
-    const T now = value.load(std::memory_order_acquire);
-    if (done(now)) return;
-    value.wait(now, std::memory_order_acquire);
+    const T now = value.load(std::memory_order_seq_cst);
+    if (done(now)) return now;
+    value.wait(now, std::memory_order_seq_cst);
   }
 }
 
@@ -67,7 +77,7 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(call_mu_);
     stop_ = true;
-    pending_.store(static_cast<int32_t>(workers_.size()), std::memory_order_relaxed);
+    // An open job that is never closed: every worker joins it, sees stop_ and returns.
     generation_.fetch_add(1, std::memory_order_release);
     generation_.notify_all();
   }
@@ -87,11 +97,15 @@ void ThreadPool::RunTasks(int32_t thread_index) {
 void ThreadPool::WorkerLoop(int32_t thread_index) {
   uint32_t seen = 0;
   for (;;) {
-    SpinThenWait(generation_, kSpinTime, [seen](uint32_t g) { return g != seen; });
-    seen = generation_.load(std::memory_order_acquire);
-    if (stop_) return;
-    if (thread_index < active_threads_) RunTasks(thread_index);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    const uint32_t job = SpinThenWait(generation_, kSpinTime, kSpinTime,
+                                      [seen](uint32_t g) { return (g & 1) != 0 && g != seen; });
+    seen = job;
+    joined_.fetch_add(1, std::memory_order_seq_cst);
+    if (generation_.load(std::memory_order_seq_cst) == job) {  // joined while open
+      if (stop_) return;
+      if (thread_index < active_threads_) RunTasks(thread_index);
+    }
+    if (joined_.fetch_sub(1, std::memory_order_acq_rel) == 1) joined_.notify_one();
   }
 }
 
@@ -115,11 +129,13 @@ void ThreadPool::ParallelFor(int64_t num_tasks, int64_t grain, int32_t max_threa
   grain_ = grain;
   active_threads_ = threads;
   next_task_.store(0, std::memory_order_relaxed);
-  pending_.store(static_cast<int32_t>(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
+  const uint32_t job = generation_.load(std::memory_order_relaxed) + 1;  // even between jobs
+  generation_.store(job, std::memory_order_release);
   generation_.notify_all();
   RunTasks(0);
-  SpinThenWait(pending_, kJoinSpinTime, [](int32_t p) { return p == 0; });
+  // Every task is claimed: close the job and wait for the workers that joined it.
+  generation_.store(job + 1, std::memory_order_seq_cst);
+  SpinThenWait(joined_, kSpinTime, kJoinYieldTime, [](int32_t n) { return n == 0; });
 }
 
 }  // namespace chunkserve::kernels::cpu

@@ -7,8 +7,12 @@
 // 64-byte aligned) is allocated once, at construction.
 //
 // Idle workers spin for about 50 us after a job (decode calls come back to back, one per layer)
-// and then sleep on a futex, so an idle pool costs no CPU. The caller, once its own tasks are done,
-// spins up to 2 ms for the workers to finish theirs before it sleeps.
+// and then sleep on a futex, so an idle pool costs no CPU. Workers join a job only while it is
+// open: once the caller finds no task left to claim it closes the job and waits only for the workers
+// that joined in time to finish the tasks they took. A worker the OS did not run in time (other
+// processes on the cores) does not hold the caller up: the caller runs the tasks itself. The
+// caller waits for those that joined by polling for 50 us, then yielding the core up to 2 ms
+// (a worker it waits for may be waiting for this core), then sleeping.
 //
 // Thread safety: ParallelFor may be called from any thread; concurrent calls are serialized. A task
 // must not call ParallelFor on the same pool (it would deadlock) and must not throw.
@@ -76,8 +80,8 @@ class ThreadPool {
 
   std::mutex call_mu_;  // one ParallelFor at a time
 
-  // The current job; written by the caller before generation_ is bumped (release), read by workers
-  // after they observe the bump (acquire).
+  // The current job; written by the caller before it opens the job (generation_, release), read by
+  // workers after they have joined it, and left alone until every worker that joined has left.
   TaskFn fn_ = nullptr;
   void* ctx_ = nullptr;
   int64_t num_tasks_ = 0;
@@ -85,11 +89,13 @@ class ThreadPool {
   int32_t active_threads_ = 1;
   bool stop_ = false;
 
+  // Odd while a job is open for workers to join, even once its caller has closed it (and between
+  // jobs). A worker joins job g by counting itself in joined_ and then seeing generation_ still at
+  // g; the caller closes the job and then waits for joined_ to reach zero (both sequentially
+  // consistent, so either the worker sees the job closed or the caller sees the worker).
   alignas(64) std::atomic<uint32_t> generation_{0};
   alignas(64) std::atomic<int64_t> next_task_{0};
-  // Workers that have not yet finished the current generation (every worker acknowledges every
-  // generation, active or not, so no worker can lag into the next job).
-  alignas(64) std::atomic<int32_t> pending_{0};
+  alignas(64) std::atomic<int32_t> joined_{0};
 };
 
 }  // namespace chunkserve::kernels::cpu
