@@ -8,9 +8,9 @@
 //
 // Idle workers spin for about 50 us after a job (decode calls come back to back, one per layer)
 // and then sleep on a futex, so an idle pool costs no CPU. Workers join a job only while it is
-// open: once the caller finds no task left to claim it closes the job and waits only for the workers
-// that joined in time to finish the tasks they took. A worker the OS did not run in time (other
-// processes on the cores) does not hold the caller up: the caller runs the tasks itself. The
+// open: once the caller finds no task left to claim it closes the job and waits only for the
+// workers that joined in time to finish the tasks they took. A worker the OS did not run in time
+// (other processes on the cores) does not hold the caller up: the caller runs the tasks itself. The
 // caller waits for those that joined by polling for 50 us, then yielding the core up to 2 ms
 // (a worker it waits for may be waiting for this core), then sleeping.
 //
