@@ -23,7 +23,7 @@ bool IsServerFlag(const std::string& flag) {
          flag == "--max-frame-bytes" || flag == "--frame-timeout-ms" ||
          flag == "--buffer-budget-mb" || flag == "--handshake-timeout-ms" ||
          flag == "--idle-timeout-ms" || flag == "--tls-cert" || flag == "--tls-key" ||
-         flag == "--tls-ca";
+         flag == "--tls-ca" || flag == "--tls-crl";
 }
 
 Status ParseServerFlag(const std::string& flag, const std::string& value, ServerFlags* f) {
@@ -40,6 +40,8 @@ Status ParseServerFlag(const std::string& flag, const std::string& value, Server
     f->tls.key_file = value;
   } else if (flag == "--tls-ca") {
     f->tls.ca_file = value;
+  } else if (flag == "--tls-crl") {
+    f->tls.crl_file = value;
   } else if (flag == "--max-connections") {
     if (!ParseInt(value, 1, 1 << 20, &f->max_connections)) return range("1 .. 1048576");
   } else if (flag == "--max-frame-bytes") {
@@ -83,6 +85,10 @@ Result<ServerConnections> MakeServerConnections(const ServerFlags& f) {
   c.tls = out.tls.server;
   if (out.tls.enabled()) {
     LOG(INFO) << "wire links use TLS; peers are verified against " << f.tls.ca_file;
+    if (!f.tls.crl_file.empty()) {
+      LOG(INFO) << "TLS CRL " << f.tls.crl_file << ": " << out.tls.server->revoked_count()
+                << " certificates revoked (re-read when the file changes)";
+    }
   }
   out.cluster_secret = std::move(secret);
   out.max_connections = static_cast<int32_t>(f.max_connections);
@@ -93,8 +99,9 @@ const char* ServerFlagsUsage() {
   return "  [--secret-file PATH] [--client-token-file PATH] [--max-connections N]\n"
          "  [--max-frame-bytes N] [--frame-timeout-ms N] [--buffer-budget-mb N]\n"
          "  [--handshake-timeout-ms N] [--idle-timeout-ms N]\n"
-         "  [--tls-cert PEM --tls-key PEM --tls-ca PEM]\n"
-         "secrets: also $CHUNKSERVE_CLUSTER_SECRET / $CHUNKSERVE_CLIENT_TOKEN (never a flag value)\n";
+         "  [--tls-cert PEM --tls-key PEM --tls-ca PEM [--tls-crl PEM]]\n"
+         "secrets: also $CHUNKSERVE_CLUSTER_SECRET / $CHUNKSERVE_CLIENT_TOKEN (never a flag "
+         "value)\n";
 }
 
 }  // namespace chunkserve::wire

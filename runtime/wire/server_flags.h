@@ -14,6 +14,8 @@
 //   --tls-cert/--tls-key/--tls-ca PATH   TLS on every link (tls.h): this process's certificate
 //                               and key, and the cluster CA; accepted connections must speak
 //                               TLS, dialled links use it too
+//   --tls-crl PATH              the CA's revocation lists (PEM): a listed peer certificate is
+//                               refused; re-read within a second of the file changing
 //
 // Secrets are read from files or the environment only, never from a flag value (`ps` shows
 // those), and are not logged.

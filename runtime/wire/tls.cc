@@ -1,10 +1,16 @@
 #include "runtime/wire/tls.h"
 
+#include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <sys/stat.h>
 
 #include "runtime/wire/asio.h"
 #include <boost/asio/ssl.hpp>
 #include <utility>
+
+#include "runtime/base/logging.h"
 
 namespace chunkserve::wire {
 namespace {
@@ -18,10 +24,108 @@ Status Use(const std::string& what, const std::string& file, Load load) {
   return Status::Ok();
 }
 
+struct StoreFree {
+  void operator()(X509_STORE* s) const { X509_STORE_free(s); }
+};
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct CrlFree {
+  void operator()(X509_CRL* c) const { X509_CRL_free(c); }
+};
+using StorePtr = std::unique_ptr<X509_STORE, StoreFree>;
+using BioPtr = std::unique_ptr<BIO, BioFree>;
+using X509Ptr = std::unique_ptr<X509, X509Free>;
+using CrlPtr = std::unique_ptr<X509_CRL, CrlFree>;
+
+// OpenSSL's last queued error, and the queue cleared.
+std::string OpenSslError() {
+  const unsigned long e = ERR_peek_last_error();
+  char text[256] = "unknown error";
+  if (e != 0) ERR_error_string_n(e, text, sizeof(text));
+  ERR_clear_error();
+  return text;
+}
+
+std::string NameOf(const X509_NAME* name) {
+  char text[256] = "";
+  X509_NAME_oneline(name, text, sizeof(text));
+  return text;
+}
+
+// The peer-verification store of a context with a CRL file: the CA file's certificates and the
+// file's revocation lists, with the leaf's revocation checked. Each list must be signed by a
+// certificate of the CA file and not past its next update (OpenSSL would refuse every peer).
+Result<StorePtr> MakeVerifyStore(const TlsFiles& files, size_t* revoked) {
+  const std::string crl_what = "TLS CRL file " + files.crl_file;
+  StorePtr store(X509_STORE_new());
+  if (store == nullptr)
+    return Status::ResourceExhausted("TLS: cannot allocate a certificate store");
+  if (X509_STORE_load_locations(store.get(), files.ca_file.c_str(), nullptr) != 1) {
+    return Status::InvalidArgument("TLS CA file " + files.ca_file + ": " + OpenSslError());
+  }
+  std::vector<X509Ptr> cas;
+  {
+    BioPtr bio(BIO_new_file(files.ca_file.c_str(), "r"));
+    if (bio == nullptr) {
+      return Status::InvalidArgument("TLS CA file " + files.ca_file + ": " + OpenSslError());
+    }
+    while (X509* ca = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) cas.emplace_back(ca);
+    ERR_clear_error();  // the end of the file reads as an error
+  }
+  BioPtr bio(BIO_new_file(files.crl_file.c_str(), "r"));
+  if (bio == nullptr) return Status::InvalidArgument(crl_what + ": " + OpenSslError());
+  size_t lists = 0;
+  *revoked = 0;
+  for (;;) {
+    CrlPtr crl(PEM_read_bio_X509_CRL(bio.get(), nullptr, nullptr, nullptr));
+    if (crl == nullptr) {
+      const unsigned long e = ERR_peek_last_error();
+      if (ERR_GET_REASON(e) == PEM_R_NO_START_LINE) {  // no further list
+        ERR_clear_error();
+        break;
+      }
+      return Status::InvalidArgument(crl_what + ": " + OpenSslError());
+    }
+    const X509_NAME* issuer = X509_CRL_get_issuer(crl.get());
+    bool signed_by_ca = false;
+    for (const X509Ptr& ca : cas) {
+      if (X509_NAME_cmp(X509_get_subject_name(ca.get()), issuer) == 0 &&
+          X509_CRL_verify(crl.get(), X509_get0_pubkey(ca.get())) == 1) {
+        signed_by_ca = true;
+        break;
+      }
+    }
+    ERR_clear_error();
+    if (!signed_by_ca) {
+      return Status::InvalidArgument(crl_what + ": the list of " + NameOf(issuer) +
+                                     " is not signed by a certificate of the CA file " +
+                                     files.ca_file);
+    }
+    const ASN1_TIME* next = X509_CRL_get0_nextUpdate(crl.get());
+    if (next != nullptr && X509_cmp_current_time(next) < 0) {
+      return Status::InvalidArgument(crl_what + ": the list of " + NameOf(issuer) +
+                                     " is past its next update: publish a fresh one");
+    }
+    const STACK_OF(X509_REVOKED)* entries = X509_CRL_get_REVOKED(crl.get());
+    if (entries != nullptr) *revoked += static_cast<size_t>(sk_X509_REVOKED_num(entries));
+    if (X509_STORE_add_crl(store.get(), crl.get()) != 1) {
+      return Status::InvalidArgument(crl_what + ": " + OpenSslError());
+    }
+    ++lists;
+  }
+  if (lists == 0) return Status::InvalidArgument(crl_what + " holds no revocation list");
+  X509_STORE_set_flags(store.get(), X509_V_FLAG_CRL_CHECK);
+  return store;
+}
+
 }  // namespace
 
-TlsContext::TlsContext(Side side, std::unique_ptr<asio::ssl::context> context)
-    : side_(side), context_(std::move(context)) {}
+TlsContext::TlsContext(Side side, TlsFiles files, std::unique_ptr<asio::ssl::context> context)
+    : side_(side), files_(std::move(files)), context_(std::move(context)) {}
 
 TlsContext::~TlsContext() = default;
 
@@ -61,12 +165,103 @@ Result<std::shared_ptr<TlsContext>> TlsContext::Create(Side side, const TlsFiles
   // clients always verify the server.
   context->set_verify_mode(asio::ssl::verify_peer, ec);
   if (ec) return Status::Internal("TLS: " + ec.message());
-  return std::shared_ptr<TlsContext>(new TlsContext(side, std::move(context)));
+  std::shared_ptr<TlsContext> out(new TlsContext(side, files, std::move(context)));
+  CHUNKSERVE_RETURN_IF_ERROR(out->ReloadCrl());
+  return out;
+}
+
+Status TlsContext::ReloadCrl() {
+  if (files_.crl_file.empty()) return Status::Ok();
+  size_t revoked = 0;
+  CHUNKSERVE_ASSIGN_OR_RETURN(StorePtr store, MakeVerifyStore(files_, &revoked));
+  std::lock_guard<std::mutex> lock(mu_);
+  // Streams made from now on verify against the new store; each stream holds a reference to the
+  // store it was made with (OpenSSL copies the context's certificate settings into every SSL).
+  if (SSL_CTX_set1_verify_cert_store(context_->native_handle(), store.get()) != 1) {
+    return Status::Internal("TLS: cannot install the verify store: " + OpenSslError());
+  }
+  revoked_ = revoked;
+  return Status::Ok();
+}
+
+size_t TlsContext::revoked_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return revoked_;
+}
+
+namespace {
+
+// What tells a rewritten file apart: size, modification time and inode (a file moved into place).
+struct FileStamp {
+  bool ok = false;
+  off_t size = 0;
+  int64_t mtime_ns = 0;
+  ino_t inode = 0;
+  bool operator==(const FileStamp& o) const {
+    return ok == o.ok && size == o.size && mtime_ns == o.mtime_ns && inode == o.inode;
+  }
+};
+
+FileStamp Stamp(const std::string& path) {
+  struct stat st {};
+  FileStamp s;
+  if (::stat(path.c_str(), &st) != 0) return s;
+  s.ok = true;
+  s.size = st.st_size;
+  s.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  s.inode = st.st_ino;
+  return s;
+}
+
+}  // namespace
+
+CrlWatcher::CrlWatcher(std::string crl_file, std::vector<std::shared_ptr<TlsContext>> contexts,
+                       std::chrono::milliseconds period)
+    : file_(std::move(crl_file)), contexts_(std::move(contexts)), period_(period) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+CrlWatcher::~CrlWatcher() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void CrlWatcher::Run() {
+  FileStamp seen = Stamp(file_);  // what the contexts were created from
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!cv_.wait_for(lock, period_, [this] { return stop_; })) {
+    const FileStamp now = Stamp(file_);
+    if (now == seen) continue;
+    seen = now;
+    if (!now.ok) {
+      LOG(WARNING) << "TLS CRL file " << file_ << " cannot be read; keeping the lists loaded";
+      continue;
+    }
+    Status status = Status::Ok();
+    for (const auto& context : contexts_) {
+      Status s = context->ReloadCrl();
+      if (!s.ok()) status = s;
+    }
+    if (status.ok()) {
+      LOG(INFO) << "TLS CRL file " << file_
+                << " reloaded: " << (contexts_.empty() ? 0 : contexts_.front()->revoked_count())
+                << " certificates revoked";
+    } else {
+      LOG(WARNING) << status.ToString() << "; keeping the lists loaded before";
+    }
+  }
 }
 
 Result<TlsContexts> MakeTlsContexts(const TlsFiles& files) {
   TlsContexts out;
   if (!files.enabled()) {
+    if (!files.crl_file.empty()) {
+      return Status::InvalidArgument("a TLS CRL without --tls-ca: set the CA, certificate and key");
+    }
     if (!files.cert_file.empty() || !files.key_file.empty()) {
       return Status::InvalidArgument("a TLS certificate or key without --tls-ca: set all three");
     }
@@ -74,6 +269,10 @@ Result<TlsContexts> MakeTlsContexts(const TlsFiles& files) {
   }
   CHUNKSERVE_ASSIGN_OR_RETURN(out.server, TlsContext::Create(TlsContext::Side::kServer, files));
   CHUNKSERVE_ASSIGN_OR_RETURN(out.client, TlsContext::Create(TlsContext::Side::kClient, files));
+  if (!files.crl_file.empty()) {
+    out.crl_watcher = std::make_shared<CrlWatcher>(
+        files.crl_file, std::vector<std::shared_ptr<TlsContext>>{out.server, out.client});
+  }
   return out;
 }
 

@@ -12,12 +12,25 @@
 // Issue certificates from the cluster CA to routers and workers only: any holder of one counts as
 // a cluster member.
 //
-// Thread safety: a context is immutable once created and shared by every link of a process.
+// Revocation: with a CRL file (the CA's certificate revocation lists, PEM) both sides refuse a peer
+// whose certificate is listed, and a peer certificate of that CA is accepted only while a CRL of it
+// is loaded and current (OpenSSL's CRL check on the leaf). ReloadCrl() re-reads the file and swaps
+// the verify store; handshakes from then on use it, links already open are not re-checked (close
+// them, e.g. by restarting the revoked node's peers, if a key leaked). CrlWatcher re-reads the
+// file when it changes.
+//
+// Thread safety: a context is shared by every link of a process; ReloadCrl() may run beside
+// handshakes (the store swap and every new stream take the context's lock).
 #ifndef CHUNKSERVE_RUNTIME_WIRE_TLS_H_
 #define CHUNKSERVE_RUNTIME_WIRE_TLS_H_
 
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "runtime/base/status.h"
 
@@ -32,6 +45,7 @@ struct TlsFiles {
   std::string cert_file;  // this process's certificate chain
   std::string key_file;   // its private key
   std::string ca_file;    // the cluster CA: verifies peers
+  std::string crl_file;   // optional: the CA's revocation lists
   bool enabled() const { return !ca_file.empty(); }
 };
 
@@ -40,17 +54,50 @@ class TlsContext {
   enum class Side { kServer, kClient };
 
   // A server context needs all three files; a client context needs the CA, and the certificate
-  // and key together or neither. InvalidArgument naming the file that cannot be used.
+  // and key together or neither. InvalidArgument naming the file that cannot be used; a CRL file
+  // must hold at least one CRL, each signed by a certificate of the CA file and not expired.
   static Result<std::shared_ptr<TlsContext>> Create(Side side, const TlsFiles& files);
   ~TlsContext();
 
   Side side() const { return side_; }
   boost::asio::ssl::context& native() { return *context_; }
+  // Held while a stream (an SSL object) is made from native(): ReloadCrl() swaps the verify store
+  // under it.
+  std::unique_lock<std::mutex> LockForNewStream() { return std::unique_lock<std::mutex>(mu_); }
+
+  // Re-reads the CRL file (no-op without one). On error the context keeps the lists it had.
+  Status ReloadCrl();
+  // Certificates the loaded lists revoke (0 without a CRL file).
+  size_t revoked_count() const;
 
  private:
-  TlsContext(Side side, std::unique_ptr<boost::asio::ssl::context> context);
+  TlsContext(Side side, TlsFiles files, std::unique_ptr<boost::asio::ssl::context> context);
   const Side side_;
+  const TlsFiles files_;
   std::unique_ptr<boost::asio::ssl::context> context_;
+  mutable std::mutex mu_;
+  size_t revoked_ = 0;  // guarded by mu_
+};
+
+// Re-reads a CRL file into contexts when it changes (size, time or inode, checked every
+// `period`), and logs what it loaded or why it kept the old lists. Stops on destruction.
+class CrlWatcher {
+ public:
+  CrlWatcher(std::string crl_file, std::vector<std::shared_ptr<TlsContext>> contexts,
+             std::chrono::milliseconds period = std::chrono::seconds(1));
+  ~CrlWatcher();
+  CrlWatcher(const CrlWatcher&) = delete;
+  CrlWatcher& operator=(const CrlWatcher&) = delete;
+
+ private:
+  void Run();
+  const std::string file_;
+  const std::vector<std::shared_ptr<TlsContext>> contexts_;
+  const std::chrono::milliseconds period_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
 };
 
 // What a process needs for its links: a server context for what it accepts and a client context
@@ -58,6 +105,7 @@ class TlsContext {
 struct TlsContexts {
   std::shared_ptr<TlsContext> server;
   std::shared_ptr<TlsContext> client;
+  std::shared_ptr<CrlWatcher> crl_watcher;  // set with a CRL file: reloads both contexts
   bool enabled() const { return server != nullptr; }
 };
 Result<TlsContexts> MakeTlsContexts(const TlsFiles& files);

@@ -5,6 +5,7 @@
 
 #include <boost/asio/ssl.hpp>
 #include <cstdint>
+#include <mutex>
 #include <system_error>
 #include <utility>
 
@@ -24,8 +25,13 @@ asio::error_code Normalize(const asio::error_code& ec) {
 
 struct Transport::Tls {
   Tls(asio::ip::tcp::socket socket, std::shared_ptr<TlsContext> c)
-      : context(std::move(c)), stream(std::move(socket), context->native()) {}
+      : context(std::move(c)),
+        made(context->LockForNewStream()),
+        stream(std::move(socket), context->native()) {
+    made.unlock();
+  }
   std::shared_ptr<TlsContext> context;  // outlives the stream
+  std::unique_lock<std::mutex> made;    // held while the stream is made (TlsContext::ReloadCrl)
   asio::ssl::stream<asio::ip::tcp::socket> stream;
 };
 

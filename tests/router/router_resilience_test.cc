@@ -496,5 +496,55 @@ TEST(RouterResilienceTest, WithTlsOnlyCertifiedWorkersJoinAndPlaintextPeersAreRe
   EXPECT_EQ(RunOne(*client, 2, Tokens(20, 2), 4).reason, FinishReason::LENGTH);
 }
 
+// With a revocation list (--tls-crl), a worker whose certificate the list names cannot join, and a
+// list rewritten while the router runs takes effect without a restart (re-read within a second).
+TEST(RouterResilienceTest, WithACrlARevokedWorkerCannotJoin) {
+  using ::chunkserve::testing::NodeTlsFiles;
+  using ::chunkserve::testing::RevokedTlsFiles;
+  using ::chunkserve::testing::TlsFixture;
+  using ::chunkserve::testing::TlsFlags;
+  using ::chunkserve::testing::WithCrl;
+  if (::chunkserve::testing::TestTlsMode()) GTEST_SKIP() << "sets up its own TLS";
+  const ::chunkserve::testing::TempDir dir;
+  const std::filesystem::path crl = dir.path() / "crl.pem";
+  auto install = [&](const std::string& fixture) {
+    std::filesystem::copy_file(TlsFixture(fixture), dir.path() / "next.pem");
+    std::filesystem::rename(dir.path() / "next.pem", crl);
+  };
+  install("crl-none.pem");
+  ASSERT_OK_AND_ASSIGN(auto router,
+                       RouterProcess::Start(TlsFlags(WithCrl(NodeTlsFiles(), crl.string()))));
+  install("crl.pem");
+
+  // The router refuses the revoked certificate once it has re-read the file: a client presenting
+  // it is cut off at its first read (until then the router answers it).
+  ASSERT_OK_AND_ASSIGN(auto revoked,
+                       wire::TlsContext::Create(wire::TlsContext::Side::kClient, RevokedTlsFiles()));
+  bool refused = false;
+  const auto give_up = std::chrono::steady_clock::now() + 30s;
+  while (!refused && std::chrono::steady_clock::now() < give_up) {
+    auto c = WireClient::Connect("127.0.0.1", router->port(), 10s, {}, std::nullopt, revoked);
+    if (c.ok()) {
+      ASSERT_OK(SendGenerate(**c, 1, Tokens(20, 1), 4));
+      refused = !(*c)->Receive(10s).ok();
+    } else {
+      refused = true;
+    }
+    if (!refused) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(refused) << "the router never re-read its revocation list";
+
+  ASSERT_OK_AND_ASSIGN(auto late, StartWorker(router->address(), "late",
+                                              TlsFlags(WithCrl(RevokedTlsFiles(), crl.string()))));
+  ASSERT_OK_AND_ASSIGN(auto good, StartWorker(router->address(), "good",
+                                              TlsFlags(WithCrl(NodeTlsFiles(), crl.string()))));
+  ExpectWorkersAlive(*router, 1);
+  std::this_thread::sleep_for(2s);  // the revoked worker keeps retrying, and keeps failing
+  ExpectWorkersAlive(*router, 1);
+  ASSERT_OK_AND_ASSIGN(double registered,
+                       Metric(router->http_port(), "chunkserve_router_workers_registered_total"));
+  EXPECT_EQ(registered, 1);
+}
+
 }  // namespace
 }  // namespace chunkserve::router

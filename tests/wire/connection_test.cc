@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <vector>
@@ -17,6 +19,7 @@
 
 #include "runtime/wire/client.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/testing/tls_fixtures.h"
 
 namespace chunkserve::wire {
@@ -581,6 +584,121 @@ TEST(ConnectionTlsTest, ContextsRefuseUnusableFiles) {
   cert_only.key_file.clear();
   EXPECT_THAT(TlsContext::Create(TlsContext::Side::kClient, cert_only).status(),
               StatusIs(StatusCode::kInvalidArgument));
+}
+
+// Connects with `client_files` and runs one echo; OK when the link was served.
+Status EchoOnce(uint16_t port, const TlsFiles& client_files) {
+  CHUNKSERVE_ASSIGN_OR_RETURN(
+      auto c, WireClient::Connect("127.0.0.1", port, 5s, {}, {},
+                                  Context(TlsContext::Side::kClient, client_files)));
+  return EchoCertified(*c, 1).status();  // a refused client fails here under TLS 1.3
+}
+
+TEST(ConnectionTlsTest, ARevokedCertificateIsRefusedBothWays) {
+  using testing::WithCrl;
+  // Without a list the revoked certificate is a valid member's: what refuses it below is the CRL.
+  EchoServer open(TlsServer(testing::NodeTlsFiles()));
+  EXPECT_OK(EchoOnce(open.port(), testing::RevokedTlsFiles()));
+  // A server with the list refuses a client presenting the revoked certificate, serves others.
+  EchoServer server(TlsServer(WithCrl(testing::NodeTlsFiles(), "crl.pem")));
+  EXPECT_OK(EchoOnce(server.port(), testing::NodeTlsFiles()));
+  EXPECT_OK(EchoOnce(server.port(), testing::ClientTlsFiles()));
+  EXPECT_FALSE(EchoOnce(server.port(), testing::RevokedTlsFiles()).ok());
+  ASSERT_TRUE(server.WaitClosed(3, 5s));
+  int32_t refused = 0;
+  for (const Status& reason : server.reasons()) {
+    if (reason.code() == StatusCode::kUnauthenticated) ++refused;
+  }
+  EXPECT_EQ(refused, 1);
+  // A client with the list refuses a server presenting the revoked certificate.
+  EchoServer revoked_server(TlsServer(testing::RevokedTlsFiles()));
+  EXPECT_OK(EchoOnce(revoked_server.port(), testing::ClientTlsFiles()));
+  EXPECT_THAT(WireClient::Connect(
+                  "127.0.0.1", revoked_server.port(), 5s, {}, {},
+                  Context(TlsContext::Side::kClient, WithCrl(testing::ClientTlsFiles(), "crl.pem")))
+                  .status(),
+              StatusIs(StatusCode::kUnauthenticated));
+  EXPECT_OK(EchoOnce(open.port(), WithCrl(testing::ClientTlsFiles(), "crl.pem")));
+}
+
+// The list is re-read when its file changes: a revocation takes effect for new links without a
+// restart, an unreadable rewrite keeps the lists loaded, and a newer list can lift a revocation.
+// Links opened before a reload keep going (tls.h).
+TEST(ConnectionTlsTest, ARewrittenCrlTakesEffectForNewLinks) {
+  const testing::TempDir dir;
+  const std::string crl = (dir.path() / "crl.pem").string();
+  auto install = [&](const std::string& from) {
+    const std::string tmp = crl + ".new";
+    std::filesystem::copy_file(from, tmp, std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::rename(tmp, crl);  // as a deployment would: whole, at once
+  };
+  install(testing::TlsFixture("crl-none.pem"));
+  std::shared_ptr<TlsContext> context =
+      Context(TlsContext::Side::kServer, testing::WithCrl(testing::NodeTlsFiles(), crl));
+  ASSERT_NE(context, nullptr);
+  EXPECT_EQ(context->revoked_count(), 0u);
+  ConnectionOptions o;
+  o.tls = context;
+  EchoServer server(o);
+  CrlWatcher watcher(crl, {context}, 20ms);
+  auto wait_for_count = [&](size_t want) {
+    const auto give_up = std::chrono::steady_clock::now() + 10s;
+    while (context->revoked_count() != want && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(5ms);
+    }
+    return context->revoked_count() == want;
+  };
+
+  ASSERT_OK_AND_ASSIGN(auto before, WireClient::Connect("127.0.0.1", server.port(), 5s, {}, {},
+                                                        Context(TlsContext::Side::kClient,
+                                                                testing::RevokedTlsFiles())));
+  EXPECT_EQ(EchoCertified(*before, 1).value(), 1u);
+
+  install(testing::TlsFixture("crl.pem"));
+  ASSERT_TRUE(wait_for_count(1));
+  EXPECT_FALSE(EchoOnce(server.port(), testing::RevokedTlsFiles()).ok());
+  EXPECT_OK(EchoOnce(server.port(), testing::NodeTlsFiles()));
+  EXPECT_EQ(EchoCertified(*before, 2).value(), 1u);  // opened before the reload
+
+  // Garbage, then the wrong CA's list: refused, the loaded list stays.
+  {
+    std::ofstream(crl + ".new") << "not a revocation list\n";
+    std::filesystem::rename(crl + ".new", crl);
+  }
+  std::this_thread::sleep_for(200ms);  // ten watcher periods
+  EXPECT_THAT(context->ReloadCrl(), StatusIs(StatusCode::kInvalidArgument));
+  install(testing::TlsFixture("other-crl.pem"));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(context->revoked_count(), 1u);
+  EXPECT_FALSE(EchoOnce(server.port(), testing::RevokedTlsFiles()).ok());
+
+  // A list without the revocation (here an older one: the file is what counts) lifts it.
+  install(testing::TlsFixture("crl-none.pem"));
+  ASSERT_TRUE(wait_for_count(0));
+  EXPECT_OK(EchoOnce(server.port(), testing::RevokedTlsFiles()));
+}
+
+TEST(ConnectionTlsTest, UnusableRevocationListsAreRefusedAtStart) {
+  using testing::WithCrl;
+  const auto create = [](const TlsFiles& f) {
+    return TlsContext::Create(TlsContext::Side::kServer, f).status();
+  };
+  EXPECT_OK(create(WithCrl(testing::NodeTlsFiles(), "crl.pem")));
+  EXPECT_THAT(create(WithCrl(testing::NodeTlsFiles(), "no-such-crl.pem")),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("no-such-crl.pem")));
+  EXPECT_THAT(create(WithCrl(testing::NodeTlsFiles(), "other-crl.pem")),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("not signed")));
+  EXPECT_THAT(create(WithCrl(testing::NodeTlsFiles(), "crl-expired.pem")),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("next update")));
+  EXPECT_THAT(create(WithCrl(testing::NodeTlsFiles(), "ca.pem")),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("no revocation list")));
+  EXPECT_THAT(create(WithCrl(testing::NodeTlsFiles(), "node.key")),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("node.key")));
+  // Only with TLS on.
+  TlsFiles crl_only;
+  crl_only.crl_file = testing::TlsFixture("crl.pem");
+  EXPECT_THAT(MakeTlsContexts(crl_only).status(),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("CRL")));
 }
 
 }  // namespace tls_cases

@@ -4,6 +4,11 @@
 #   node.pem / node.key     a cluster member (router or worker): SAN 127.0.0.1, ::1, localhost
 #   other-ca.pem            an unrelated CA
 #   rogue.pem / rogue.key   a member certificate signed by other-ca (must be refused)
+#   revoked.pem / .key      a member certificate of ca that crl.pem revokes
+#   crl-none.pem            ca's revocation list before that: nothing revoked
+#   crl.pem                 ca's revocation list revoking revoked.pem
+#   crl-expired.pem         the same, past its next update one second after it was made
+#   other-crl.pem           a revocation list of other-ca (a --tls-crl of the wrong CA)
 # Valid for 100 years. Test keys only: never use them for anything else.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -24,9 +29,27 @@ member() {  # name ca subject
     -CAserial "$tmp/$2.srl" -days 36500 -extfile "$tmp/$1.ext" -out "$1.pem"
 }
 
+crl() {  # out ca [certificate to revoke first] [extra -gencrl options]
+  local db="$tmp/$2.db"
+  mkdir -p "$db" && touch "$db/index.txt" && { [ -f "$db/crlnumber" ] || echo 1000 > "$db/crlnumber"; }
+  printf '%s\n' "[ca]" "default_ca = d" "[d]" "database = $db/index.txt" \
+    "crlnumber = $db/crlnumber" "default_md = sha256" "default_crl_days = 36500" > "$db/cnf"
+  if [ -n "${3:-}" ]; then
+    openssl ca -config "$db/cnf" -keyfile "$tmp/$2.key" -cert "$2.pem" -revoke "$3.pem" \
+      -crl_reason keyCompromise
+  fi
+  openssl ca -config "$db/cnf" -keyfile "$tmp/$2.key" -cert "$2.pem" -gencrl -out "$1.pem" \
+    ${4:-}
+}
+
 ca ca "chunkserve test cluster CA"
 member node ca "chunkserve test node"
+member revoked ca "chunkserve revoked node"
+crl crl-none ca
+crl crl ca revoked
+crl crl-expired ca "" "-crlsec 1"
 ca other-ca "unrelated CA"
 member rogue other-ca "chunkserve rogue node"
+crl other-crl other-ca
 chmod 644 ./*.pem ./*.key
 echo "wrote: $(ls ./*.pem ./*.key | tr '\n' ' ')"
