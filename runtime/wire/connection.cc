@@ -234,6 +234,10 @@ void Connection::DoRead() {
                             : Status::Unavailable("connection read failed: " + ec.message()));
       return;
     }
+    if (Status revoked = self->transport_->RecheckPeer(); !revoked.ok()) {
+      self->CloseOnLoop(revoked);  // the CRL was reloaded and lists this peer
+      return;
+    }
     Status status = self->decoder_.Feed(self->read_buffer_.data(), n);
     DecodedMessage message;
     bool any = false;
@@ -443,6 +447,11 @@ void Connection::DoWrite() {
     if (ec) {
       self->writing_ = false;
       self->CloseOnLoop(Status::Unavailable("connection write failed: " + ec.message()));
+      return;
+    }
+    if (Status revoked = self->transport_->RecheckPeer(); !revoked.ok()) {
+      self->writing_ = false;
+      self->CloseOnLoop(revoked);
       return;
     }
     self->last_sent_ = std::chrono::steady_clock::now();

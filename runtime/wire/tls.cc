@@ -127,7 +127,9 @@ Result<StorePtr> MakeVerifyStore(const TlsFiles& files, size_t* revoked) {
 TlsContext::TlsContext(Side side, TlsFiles files, std::unique_ptr<asio::ssl::context> context)
     : side_(side), files_(std::move(files)), context_(std::move(context)) {}
 
-TlsContext::~TlsContext() = default;
+TlsContext::~TlsContext() {
+  if (store_ != nullptr) X509_STORE_free(store_);
+}
 
 Result<std::shared_ptr<TlsContext>> TlsContext::Create(Side side, const TlsFiles& files) {
   if (files.ca_file.empty()) return Status::InvalidArgument("TLS needs the cluster CA file");
@@ -181,7 +183,31 @@ Status TlsContext::ReloadCrl() {
     return Status::Internal("TLS: cannot install the verify store: " + OpenSslError());
   }
   revoked_ = revoked;
+  if (store_ != nullptr) X509_STORE_free(store_);
+  store_ = store.release();
+  crl_generation_.fetch_add(1, std::memory_order_release);
   return Status::Ok();
+}
+
+bool TlsContext::Revokes(SSL* ssl) const {
+  X509* leaf = SSL_get0_peer_certificate(ssl);
+  if (leaf == nullptr) return false;  // a client without a certificate: nothing to revoke
+  StorePtr store;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (store_ == nullptr || X509_STORE_up_ref(store_) != 1) return false;
+    store.reset(store_);
+  }
+  std::unique_ptr<X509_STORE_CTX, void (*)(X509_STORE_CTX*)> check(X509_STORE_CTX_new(),
+                                                                   &X509_STORE_CTX_free);
+  bool revoked = false;
+  if (check != nullptr &&
+      X509_STORE_CTX_init(check.get(), store.get(), leaf, SSL_get_peer_cert_chain(ssl)) == 1) {
+    revoked = X509_verify_cert(check.get()) != 1 &&
+              X509_STORE_CTX_get_error(check.get()) == X509_V_ERR_CERT_REVOKED;
+  }
+  ERR_clear_error();
+  return revoked;
 }
 
 size_t TlsContext::revoked_count() const {

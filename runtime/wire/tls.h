@@ -15,17 +15,19 @@
 // Revocation: with a CRL file (the CA's certificate revocation lists, PEM) both sides refuse a peer
 // whose certificate is listed, and a peer certificate of that CA is accepted only while a CRL of it
 // is loaded and current (OpenSSL's CRL check on the leaf). ReloadCrl() re-reads the file and swaps
-// the verify store; handshakes from then on use it, links already open are not re-checked (close
-// them, e.g. by restarting the revoked node's peers, if a key leaked). CrlWatcher re-reads the
-// file when it changes.
+// the verify store; handshakes from then on use it, and links already open check their peer again
+// at their next read or write (Transport::RecheckPeer) and close if the new lists revoke it.
+// CrlWatcher re-reads the file when it changes.
 //
 // Thread safety: a context is shared by every link of a process; ReloadCrl() may run beside
 // handshakes (the store swap and every new stream take the context's lock).
 #ifndef CHUNKSERVE_RUNTIME_WIRE_TLS_H_
 #define CHUNKSERVE_RUNTIME_WIRE_TLS_H_
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,6 +39,8 @@
 namespace boost::asio::ssl {
 class context;
 }  // namespace boost::asio::ssl
+struct ssl_st;         // OpenSSL's SSL
+struct x509_store_st;  // OpenSSL's X509_STORE
 
 namespace chunkserve::wire {
 
@@ -69,6 +73,11 @@ class TlsContext {
   Status ReloadCrl();
   // Certificates the loaded lists revoke (0 without a CRL file).
   size_t revoked_count() const;
+  // Counts the lists ReloadCrl() installed: a stream made earlier checks its peer again.
+  uint64_t crl_generation() const { return crl_generation_.load(std::memory_order_acquire); }
+  // Whether the lists loaded now revoke the certificate the peer of `ssl` (a stream of this
+  // context, after its handshake) presented: its chain verified again fails as revoked.
+  bool Revokes(ssl_st* ssl) const;
 
  private:
   TlsContext(Side side, TlsFiles files, std::unique_ptr<boost::asio::ssl::context> context);
@@ -76,7 +85,9 @@ class TlsContext {
   const TlsFiles files_;
   std::unique_ptr<boost::asio::ssl::context> context_;
   mutable std::mutex mu_;
-  size_t revoked_ = 0;  // guarded by mu_
+  size_t revoked_ = 0;              // guarded by mu_
+  x509_store_st* store_ = nullptr;  // the verify store with the lists; guarded by mu_, owned
+  std::atomic<uint64_t> crl_generation_{0};
 };
 
 // Re-reads a CRL file into contexts when it changes (size, time or inode, checked every

@@ -27,12 +27,14 @@ struct Transport::Tls {
   Tls(asio::ip::tcp::socket socket, std::shared_ptr<TlsContext> c)
       : context(std::move(c)),
         made(context->LockForNewStream()),
-        stream(std::move(socket), context->native()) {
+        stream(std::move(socket), context->native()),
+        checked_generation(context->crl_generation()) {
     made.unlock();
   }
   std::shared_ptr<TlsContext> context;  // outlives the stream
   std::unique_lock<std::mutex> made;    // held while the stream is made (TlsContext::ReloadCrl)
   asio::ssl::stream<asio::ip::tcp::socket> stream;
+  uint64_t checked_generation;  // the lists the peer was last checked against
 };
 
 Transport::Transport(asio::ip::tcp::socket socket) : socket_(std::move(socket)) {}
@@ -120,6 +122,17 @@ void Transport::Close() {
   asio::error_code ignored;
   socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket().close(ignored);
+}
+
+Status Transport::RecheckPeer() {
+  if (!tls_) return Status::Ok();
+  const uint64_t generation = tls_->context->crl_generation();
+  if (generation == tls_->checked_generation) return Status::Ok();
+  tls_->checked_generation = generation;
+  if (tls_->context->Revokes(tls_->stream.native_handle())) {
+    return Status::Unauthenticated("the peer's TLS certificate has been revoked (--tls-crl)");
+  }
+  return Status::Ok();
 }
 
 bool Transport::peer_certified() const {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/base/status.h"
 #include "runtime/wire/tls.h"
 
 namespace chunkserve::wire {
@@ -51,6 +52,9 @@ class Transport {
 
   // TLS, after the handshake: the peer presented a certificate the cluster CA verified.
   bool peer_certified() const;
+  // TLS, after the handshake: Unauthenticated once the context's revocation lists, reloaded since
+  // this link was made, revoke the peer's certificate (checked once per reload; cheap otherwise).
+  Status RecheckPeer();
   // TLS server, after a failed handshake: the peer's first byte was not a TLS record.
   bool plaintext_peer() const { return plaintext_peer_; }
 

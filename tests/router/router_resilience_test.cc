@@ -496,8 +496,9 @@ TEST(RouterResilienceTest, WithTlsOnlyCertifiedWorkersJoinAndPlaintextPeersAreRe
   EXPECT_EQ(RunOne(*client, 2, Tokens(20, 2), 4).reason, FinishReason::LENGTH);
 }
 
-// With a revocation list (--tls-crl), a worker whose certificate the list names cannot join, and a
-// list rewritten while the router runs takes effect without a restart (re-read within a second).
+// With a revocation list (--tls-crl) rewritten while the router runs (re-read within a second): a
+// worker that joined before its certificate was revoked is dropped, and it and any other holder
+// of that certificate cannot join again; a worker with a valid certificate still joins.
 TEST(RouterResilienceTest, WithACrlARevokedWorkerCannotJoin) {
   using ::chunkserve::testing::NodeTlsFiles;
   using ::chunkserve::testing::RevokedTlsFiles;
@@ -514,7 +515,11 @@ TEST(RouterResilienceTest, WithACrlARevokedWorkerCannotJoin) {
   install("crl-none.pem");
   ASSERT_OK_AND_ASSIGN(auto router,
                        RouterProcess::Start(TlsFlags(WithCrl(NodeTlsFiles(), crl.string()))));
+  ASSERT_OK_AND_ASSIGN(auto early, StartWorker(router->address(), "early",
+                                               TlsFlags(WithCrl(RevokedTlsFiles(), crl.string()))));
+  ExpectWorkersAlive(*router, 1);
   install("crl.pem");
+  ExpectWorkersAlive(*router, 0);  // its open links close at their next frame
 
   // The router refuses the revoked certificate once it has re-read the file: a client presenting
   // it is cut off at its first read (until then the router answers it).
@@ -543,7 +548,7 @@ TEST(RouterResilienceTest, WithACrlARevokedWorkerCannotJoin) {
   ExpectWorkersAlive(*router, 1);
   ASSERT_OK_AND_ASSIGN(double registered,
                        Metric(router->http_port(), "chunkserve_router_workers_registered_total"));
-  EXPECT_EQ(registered, 1);
+  EXPECT_EQ(registered, 2);  // early, before the revocation, and good
 }
 
 }  // namespace
