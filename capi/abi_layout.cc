@@ -124,8 +124,9 @@ CHUNKSERVE_FIELD_AT(chunkserve_stream_event_t, top_tokens, 56, 80);
 CHUNKSERVE_FIELD_AT(chunkserve_stream_event_t, top_logprobs, 136, 80);
 static_assert(CHUNKSERVE_MAX_TOP_LOGPROBS == kMaxTopLogprobs);
 
-// chunkserve_client_options_t, version 1 (24 bytes) plus the version 2 TLS fields.
-static_assert(sizeof(chunkserve_client_options_t) == kClientOptionsV2Size);
+// chunkserve_client_options_t, version 1 (24 bytes) plus the version 2 TLS fields and the
+// version 3 revocation list.
+static_assert(sizeof(chunkserve_client_options_t) == kClientOptionsV3Size);
 static_assert(alignof(chunkserve_client_options_t) == 8);
 CHUNKSERVE_FIELD_AT(chunkserve_client_options_t, struct_size, 0, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_client_options_t, port, 4, 4);
@@ -135,6 +136,7 @@ CHUNKSERVE_FIELD_AT(chunkserve_client_options_t, keepalive_interval_ms, 20, 4);
 CHUNKSERVE_FIELD_AT(chunkserve_client_options_t, tls_ca_file, 24, 8);
 CHUNKSERVE_FIELD_AT(chunkserve_client_options_t, tls_cert_file, 32, 8);
 CHUNKSERVE_FIELD_AT(chunkserve_client_options_t, tls_key_file, 40, 8);
+CHUNKSERVE_FIELD_AT(chunkserve_client_options_t, tls_crl_file, 48, 8);
 
 #undef CHUNKSERVE_FIELD_AT
 

@@ -20,6 +20,7 @@ inline constexpr size_t kStreamEventV1Size = 48;
 inline constexpr size_t kClientOptionsV1Size = 24;  // added after the engine, still 0.1
 // Later versions of a struct (its current size, pinned by abi_layout.cc).
 inline constexpr size_t kClientOptionsV2Size = 48;  // + tls_ca_file, tls_cert_file, tls_key_file
+inline constexpr size_t kClientOptionsV3Size = 56;  // + tls_crl_file
 inline constexpr size_t kEngineOptionsV2Size = 64;   // + tiny_model, gguf_dtype (0.4; 0.5 names it)
 inline constexpr size_t kRequestOptionsV2Size = 80;  // + logprobs, reserved0 (0.4)
 inline constexpr size_t kStreamEventV2Size = 216;    // + logprobs of TOKEN events (0.4)

@@ -395,6 +395,11 @@ Status ToClientOptions(const chunkserve_client_options_t& in, cs::capi::RemoteCl
     return Status::InvalidArgument(std::string(kFn) +
                                    ": tls_cert_file and tls_key_file need tls_ca_file");
   }
+  // Version 3: the CA's revocation lists (NULL in an older caller's struct).
+  out->tls.crl_file = text(in.tls_crl_file);
+  if (!out->tls.enabled() && !out->tls.crl_file.empty()) {
+    return Status::InvalidArgument(std::string(kFn) + ": tls_crl_file needs tls_ca_file");
+  }
   return Status::Ok();
 }
 

@@ -49,6 +49,7 @@ class ClientCore {
   std::chrono::milliseconds backoff{0};       // network thread only
   std::string auth_key;                       // proven when the server challenges
   std::shared_ptr<wire::TlsContext> tls;      // null: plain TCP
+  std::unique_ptr<wire::CrlWatcher> crl_watcher;  // with tls_crl_file: reloads `tls`
   // Requests with a deadline: a timer that ends the request locally a grace period after it.
   std::unordered_map<uint64_t, std::shared_ptr<asio::steady_timer>> deadline_timers;
 
@@ -495,6 +496,10 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::Connect(const RemoteClientOp
   if (options.tls.enabled()) {
     CHUNKSERVE_ASSIGN_OR_RETURN(
         c.tls, wire::TlsContext::Create(wire::TlsContext::Side::kClient, options.tls));
+    if (!options.tls.crl_file.empty()) {
+      c.crl_watcher = std::make_unique<wire::CrlWatcher>(
+          options.tls.crl_file, std::vector<std::shared_ptr<wire::TlsContext>>{c.tls});
+    }
   }
 
   asio::error_code ec;

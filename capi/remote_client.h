@@ -20,7 +20,9 @@
 //
 // TLS: with `tls.ca_file` every connection (reconnects too) is TLS; the server's certificate
 // must be signed by that CA and name `host`. Connect completes the first handshake within
-// connect_timeout, so a wrong CA or a plaintext server is Connect's Unauthenticated error.
+// connect_timeout, so a wrong CA or a plaintext server is Connect's Unauthenticated error. With
+// `tls.crl_file` a server whose certificate the CA's lists revoke is refused too; the file is
+// re-read when it changes and an open connection to a newly revoked server closes.
 //
 // Lifetime: streams keep a std::weak_ptr to the shared ClientCore (to send Cancel and to forget
 // their id when destroyed), so they may outlive the client; the io_context lives in the core and

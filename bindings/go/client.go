@@ -29,6 +29,10 @@ type ClientOptions struct {
 	// TLSCertFile and TLSKeyFile: an optional certificate this client presents (both or
 	// neither; clients need none).
 	TLSCertFile, TLSKeyFile string
+	// TLSCRLFile: an optional PEM file with the CA's certificate revocation lists (needs
+	// TLSCAFile); a server whose certificate they list is refused with Unauthenticated. Re-read
+	// when the file changes: an open connection to a newly listed server closes.
+	TLSCRLFile string
 }
 
 // Client is a connection to a remote chunkserve-router or chunkserve-worker. Generate returns the
@@ -118,7 +122,7 @@ func DialContext(ctx context.Context, address string, opts ClientOptions) (*Clie
 			path string
 			dst  **C.char
 		}{{opts.TLSCAFile, &o.tls_ca_file}, {opts.TLSCertFile, &o.tls_cert_file},
-			{opts.TLSKeyFile, &o.tls_key_file}} {
+			{opts.TLSKeyFile, &o.tls_key_file}, {opts.TLSCRLFile, &o.tls_crl_file}} {
 			if f.path != "" {
 				cpath := C.CString(f.path)
 				defer C.free(unsafe.Pointer(cpath))

@@ -91,6 +91,31 @@ func TestClientSpeaksTLSWithTheClusterCA(t *testing.T) {
 	}
 }
 
+// TLSCRLFile: a worker whose certificate the CA's list revokes is refused at Dial; the same list
+// admits a worker with a valid certificate.
+func TestClientRefusesARevokedServerCertificate(t *testing.T) {
+	revoked := startWorker(t, "--tls-ca", tlsFixtures+"ca.pem", "--tls-cert",
+		tlsFixtures+"revoked.pem", "--tls-key", tlsFixtures+"revoked.key")
+	good := startWorker(t, "--tls-ca", tlsFixtures+"ca.pem", "--tls-cert", tlsFixtures+"node.pem",
+		"--tls-key", tlsFixtures+"node.key")
+	opts := ClientOptions{TLSCAFile: tlsFixtures + "ca.pem", TLSCRLFile: tlsFixtures + "crl.pem"}
+	_, err := Dial(revoked, opts)
+	var e *Error
+	if !errors.As(err, &e) || e.Code != Unauthenticated || !strings.Contains(e.Message, "revoked") {
+		t.Fatalf("Dial of a revoked server: %v, want Unauthenticated (certificate revoked)", err)
+	}
+	client, err := Dial(good, opts)
+	if err != nil {
+		t.Fatalf("Dial of a valid server with the list: %v", err)
+	}
+	client.Close()
+	_, err = Dial(good, ClientOptions{TLSCAFile: tlsFixtures + "ca.pem",
+		TLSCRLFile: tlsFixtures + "other-crl.pem"})
+	if !errors.As(err, &e) || e.Code != InvalidArgument {
+		t.Fatalf("Dial with another CA's list: %v, want InvalidArgument", err)
+	}
+}
+
 func TestClientStreamsTheEnginesGreedyTokens(t *testing.T) {
 	client := dial(t, startWorker(t))
 	req := Request{Prompt: prompt(60, 3), MaxNewTokens: 12}

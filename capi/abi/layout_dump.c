@@ -109,5 +109,6 @@ int main(void) {
   FIELD(chunkserve_client_options_t, tls_ca_file);
   FIELD(chunkserve_client_options_t, tls_cert_file);
   FIELD(chunkserve_client_options_t, tls_key_file);
+  FIELD(chunkserve_client_options_t, tls_crl_file);
   return 0;
 }

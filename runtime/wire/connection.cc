@@ -110,7 +110,8 @@ void Connection::Start(MessageHandler on_message, CloseHandler on_close) {
         self->CloseOnLoop(refused);
         return;
       }
-      self->CloseOnLoop(Status::Unauthenticated("TLS handshake failed: " + ec.message()));
+      self->CloseOnLoop(Status::Unauthenticated("TLS handshake failed: " + ec.message() +
+                                                self->transport_->VerifyFailure()));
       return;
     }
     self->peer_certified_ = self->transport_->peer_certified();

@@ -135,6 +135,13 @@ Status Transport::RecheckPeer() {
   return Status::Ok();
 }
 
+std::string Transport::VerifyFailure() const {
+  if (!tls_) return "";
+  const long result = SSL_get_verify_result(tls_->stream.native_handle());
+  if (result == X509_V_OK) return "";
+  return std::string(" (") + X509_verify_cert_error_string(result) + ")";
+}
+
 bool Transport::peer_certified() const {
   if (!tls_) return false;
   SSL* ssl = tls_->stream.native_handle();

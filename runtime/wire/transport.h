@@ -52,6 +52,9 @@ class Transport {
 
   // TLS, after the handshake: the peer presented a certificate the cluster CA verified.
   bool peer_certified() const;
+  // TLS, after a failed handshake: why this side refused the peer's certificate (" (certificate
+  // revoked)", " (unable to get local issuer certificate)", ...), or "" when it did not.
+  std::string VerifyFailure() const;
   // TLS, after the handshake: Unauthenticated once the context's revocation lists, reloaded since
   // this link was made, revoke the peer's certificate (checked once per reload; cheap otherwise).
   Status RecheckPeer();

@@ -474,6 +474,59 @@ TEST(CHUNKSERVE_CLIENT_SUITE, SpeaksTlsWithTheClusterCa) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
 }
 
+// Revocation (tls_crl_file, version 3): a worker presenting a certificate the CA's list revokes
+// is refused UNAUTHENTICATED, the same list admits a worker with a valid certificate, and a list
+// that is not the CA's, or set without a CA, is INVALID_ARGUMENT. A version 2 caller's struct
+// (48 bytes) has no such field and checks no revocation.
+TEST(CHUNKSERVE_CLIENT_SUITE, RefusesAServerWhoseCertificateIsRevoked) {
+  const wire::TlsFiles node = chunkserve::testing::NodeTlsFiles();
+  const wire::TlsFiles revoked = chunkserve::testing::RevokedTlsFiles();
+  const std::string crl = chunkserve::testing::TlsFixture("crl.pem");
+  const std::string other_crl = chunkserve::testing::TlsFixture("other-crl.pem");
+  auto revoked_worker = StartWorker(chunkserve::testing::TlsFlags(revoked));
+  auto good_worker = StartWorker(chunkserve::testing::TlsFlags(node));
+  ASSERT_NE(revoked_worker, nullptr);
+  ASSERT_NE(good_worker, nullptr);
+  const auto create = [](chunkserve_client_options_t o, ErrorPtr* error) {
+    chunkserve_client_t* raw = nullptr;
+    const chunkserve_status_t st = chunkserve_client_create(&o, &raw, Out(*error));
+    return std::make_pair(st, ClientPtr(raw));
+  };
+  ErrorPtr error;
+
+  chunkserve_client_options_t o = ClientOptions(revoked_worker->port());
+  o.tls_ca_file = node.ca_file.c_str();
+  o.tls_crl_file = crl.c_str();
+  auto [st, refused] = create(o, &error);
+  EXPECT_EQ(st, CHUNKSERVE_STATUS_UNAUTHENTICATED);
+  EXPECT_THAT(chunkserve_error_message(error.get()), HasSubstr("revoked"));
+  EXPECT_EQ(refused, nullptr);
+
+  // The same options without the list (or from a version 2 caller) connect: the list refused it.
+  chunkserve_client_options_t v2 = o;
+  v2.struct_size = 48;
+  auto [v2_st, v2_client] = create(v2, &error);
+  EXPECT_EQ(v2_st, CHUNKSERVE_STATUS_OK) << chunkserve_error_message(error.get());
+
+  chunkserve_client_options_t good = ClientOptions(good_worker->port());
+  good.tls_ca_file = node.ca_file.c_str();
+  good.tls_crl_file = crl.c_str();
+  auto [good_st, client] = create(good, &error);
+  ASSERT_EQ(good_st, CHUNKSERVE_STATUS_OK) << chunkserve_error_message(error.get());
+  const std::vector<int32_t> prompt = Prompt(40, 7);
+  StreamPtr stream = SubmitRemote(client.get(), prompt, 6);
+  ASSERT_NE(stream, nullptr);
+  EXPECT_EQ(Drain(stream.get()).tokens, InProcessTokens(prompt, 6));
+
+  good.tls_crl_file = other_crl.c_str();
+  EXPECT_EQ(create(good, &error).first, CHUNKSERVE_STATUS_INVALID_ARGUMENT);
+  EXPECT_THAT(chunkserve_error_message(error.get()), HasSubstr("not signed"));
+  good.tls_ca_file = nullptr;
+  good.tls_crl_file = crl.c_str();
+  EXPECT_EQ(create(good, &error).first, CHUNKSERVE_STATUS_INVALID_ARGUMENT);
+  EXPECT_THAT(chunkserve_error_message(error.get()), HasSubstr("tls_crl_file needs tls_ca_file"));
+}
+
 TEST(CHUNKSERVE_CLIENT_SUITE, ConnectingToAClosedPortFailsClearly) {
   const uint16_t port = ClosedPort();
   const chunkserve_client_options_t o = ClientOptions(port);

@@ -74,7 +74,7 @@
 
 /* The release this header belongs to. */
 #define CHUNKSERVE_VERSION_MAJOR 0
-#define CHUNKSERVE_VERSION_MINOR 5
+#define CHUNKSERVE_VERSION_MINOR 6
 #define CHUNKSERVE_VERSION_PATCH 0
 
 /* The ABI generation: the soname is libchunkserve.so.<CHUNKSERVE_ABI_VERSION>. It changes only on
@@ -639,7 +639,8 @@ CHUNKSERVE_API void chunkserve_stream_destroy(chunkserve_stream_t* stream);
 typedef struct chunkserve_client chunkserve_client_t;
 
 /* Client options. Fill with chunkserve_client_options_init, then set host and port.
- * Version 1 (chunkserve 0.1): 24 bytes on LP64. Version 2 (TLS fields): 48 bytes. */
+ * Version 1 (chunkserve 0.1): 24 bytes on LP64. Version 2 (TLS fields): 48 bytes. Version 3
+ * (tls_crl_file): 56 bytes. */
 typedef struct chunkserve_client_options {
   uint32_t struct_size;          /* sizeof(chunkserve_client_options_t) the caller was built with */
   int32_t port;                  /* TCP port of the router or worker, 1..65535; no default */
@@ -657,6 +658,12 @@ typedef struct chunkserve_client_options {
   const char* tls_cert_file;     /* optional PEM certificate this client presents (with
                                     tls_key_file; a client needs none); NULL or "": none */
   const char* tls_key_file;      /* its PEM private key; NULL or "": none */
+  /* Version 3. */
+  const char* tls_crl_file;      /* optional PEM certificate revocation list(s) of the CA (needs
+                                    tls_ca_file): a server whose certificate it lists is refused;
+                                    re-read within a second of the file changing, and a
+                                    connection to a server it newly lists closes (reconnects are
+                                    refused); NULL or "": no revocation check */
 } chunkserve_client_options_t;
 
 /* Fills *options with the defaults (no host, port 0) and sets struct_size, as
@@ -669,7 +676,8 @@ CHUNKSERVE_API chunkserve_status_t chunkserve_client_options_init(
  * chunkserve_client_destroy; on failure it is set to NULL. With tls_ca_file the TLS handshake
  * completes within connect_timeout_ms as well.
  * Errors: INVALID_ARGUMENT (NULL options or out_client, bad struct_size, empty host, port out of
- * range, negative timeout, a TLS file that cannot be read or a certificate without its key),
+ * range, negative timeout, a TLS file that cannot be read or a certificate without its key, a
+ * revocation list not signed by the CA or past its next update),
  * UNAVAILABLE (the host does not resolve, the connection is refused or does not complete within
  * the timeout; the message says which), UNAUTHENTICATED (the TLS handshake failed: the server's
  * certificate is not from that CA or does not name `host`, or the server does not speak TLS). */

@@ -132,7 +132,7 @@ pub const CALLBACKS: &[(&str, &[&str])] = &[
 
 constants! {
     pub const CHUNKSERVE_VERSION_MAJOR: i32 = 0;
-    pub const CHUNKSERVE_VERSION_MINOR: i32 = 5;
+    pub const CHUNKSERVE_VERSION_MINOR: i32 = 6;
     pub const CHUNKSERVE_VERSION_PATCH: i32 = 0;
     pub const CHUNKSERVE_ABI_VERSION: i32 = 0;
     pub const CHUNKSERVE_MAX_TOP_LOGPROBS: i32 = 20;
@@ -278,7 +278,8 @@ structs! {
         pub top_logprobs: [f32; 20],
     }
 
-    /// Remote client options (version 1: 24 bytes; version 2 adds the TLS files: 48 bytes).
+    /// Remote client options (version 1: 24 bytes; version 2 adds the TLS files: 48 bytes;
+    /// version 3 the revocation list file: 56 bytes).
     pub struct chunkserve_client_options_t {
         pub struct_size: u32,
         pub port: i32,
@@ -288,6 +289,7 @@ structs! {
         pub tls_ca_file: *const c_char,
         pub tls_cert_file: *const c_char,
         pub tls_key_file: *const c_char,
+        pub tls_crl_file: *const c_char,
     }
 }
 

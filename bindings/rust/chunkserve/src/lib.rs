@@ -740,6 +740,10 @@ pub struct ClientOptions {
     /// An optional certificate and key this client presents (both or neither; clients need none).
     pub tls_cert_file: Option<std::path::PathBuf>,
     pub tls_key_file: Option<std::path::PathBuf>,
+    /// Optional PEM revocation lists of the CA (needs `tls_ca_file`): a server whose certificate
+    /// they list is refused (`Unauthenticated`). Re-read when the file changes: an open
+    /// connection to a newly listed server closes.
+    pub tls_crl_file: Option<std::path::PathBuf>,
 }
 
 impl ClientOptions {
@@ -784,6 +788,14 @@ impl ClientOptions {
     #[must_use]
     pub fn tls_key_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.tls_key_file = Some(path.into());
+        self
+    }
+
+    /// Sets [`ClientOptions::tls_crl_file`](#structfield.tls_crl_file): refuse servers whose
+    /// certificate the CA's lists in this file revoke.
+    #[must_use]
+    pub fn tls_crl_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls_crl_file = Some(path.into());
         self
     }
 }
@@ -847,15 +859,17 @@ impl Client {
                 })
                 .transpose()
         };
-        let (ca, cert, key) = (
+        let (ca, cert, key, crl) = (
             path(&options.tls_ca_file)?,
             path(&options.tls_cert_file)?,
             path(&options.tls_key_file)?,
+            path(&options.tls_crl_file)?,
         );
         let as_ptr = |c: &Option<CString>| c.as_ref().map_or(ptr::null(), |c| c.as_ptr());
         o.tls_ca_file = as_ptr(&ca);
         o.tls_cert_file = as_ptr(&cert);
         o.tls_key_file = as_ptr(&key);
+        o.tls_crl_file = as_ptr(&crl);
         let mut raw = ptr::null_mut();
         // SAFETY: o, host and the TLS paths outlive the call; raw receives a new client on success.
         call(|e| unsafe { sys::chunkserve_client_create(&o, &mut raw, e) })?;

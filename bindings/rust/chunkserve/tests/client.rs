@@ -173,3 +173,38 @@ fn speaks_tls_with_the_cluster_ca() {
         .expect("refused");
     assert_eq!(err.code, Code::Unauthenticated, "{err}");
 }
+
+#[test]
+#[ignore = "needs CHUNKSERVE_WORKER_BIN (ctest sets it)"]
+fn refuses_a_revoked_server_certificate() {
+    let ca = tls_fixture("ca.pem");
+    let start = |cert: &str, key: &str| {
+        let (cert, key) = (tls_fixture(cert), tls_fixture(key));
+        start_worker_with(&[
+            "--tls-ca".as_ref(),
+            ca.as_os_str(),
+            "--tls-cert".as_ref(),
+            cert.as_os_str(),
+            "--tls-key".as_ref(),
+            key.as_os_str(),
+        ])
+    };
+    let revoked = start("revoked.pem", "revoked.key");
+    let good = start("node.pem", "node.key");
+    let options = ClientOptions::new()
+        .tls_ca_file(ca.clone())
+        .tls_crl_file(tls_fixture("crl.pem"));
+    let err = Client::connect("127.0.0.1", revoked.port, &options)
+        .err()
+        .expect("a revoked server is refused");
+    assert_eq!(err.code, Code::Unauthenticated, "{err}");
+    assert!(err.message.contains("revoked"), "{err}");
+    Client::connect("127.0.0.1", good.port, &options).expect("a valid server with the list");
+    let other = ClientOptions::new()
+        .tls_ca_file(ca.clone())
+        .tls_crl_file(tls_fixture("other-crl.pem"));
+    let err = Client::connect("127.0.0.1", good.port, &other)
+        .err()
+        .expect("another CA's list is refused");
+    assert_eq!(err.code, Code::InvalidArgument, "{err}");
+}
