@@ -27,7 +27,8 @@ Status ServerProcess::Launch(const std::string& binary, const std::string& what,
   if (::pipe(fds) != 0) return Status::Internal("pipe failed");
   std::vector<std::string> argv_s = {binary, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"};
   if (TestTlsMode()) {
-    const std::vector<std::string> tls = TlsFlags(NodeTlsFiles());
+    // With the CA's revocation list too (it revokes another certificate): every link checks it.
+    const std::vector<std::string> tls = TlsFlags(WithCrl(NodeTlsFiles(), "crl.pem"));
     argv_s.insert(argv_s.end(), tls.begin(), tls.end());
   }
   argv_s.insert(argv_s.end(), args.begin(), args.end());
@@ -109,7 +110,8 @@ Result<int> ServerProcess::Wait(std::chrono::milliseconds timeout) {
 Result<std::unique_ptr<wire::WireClient>> ServerProcess::Connect() {
   if (!TestTlsMode()) return wire::WireClient::Connect("127.0.0.1", port_, 5000ms);
   static const Result<std::shared_ptr<wire::TlsContext>> tls =
-      wire::TlsContext::Create(wire::TlsContext::Side::kClient, ClientTlsFiles());
+      wire::TlsContext::Create(wire::TlsContext::Side::kClient,
+                               WithCrl(ClientTlsFiles(), "crl.pem"));
   if (!tls.ok()) return tls.status();
   return wire::WireClient::Connect("127.0.0.1", port_, 5000ms, {}, std::nullopt, tls.value());
 }

@@ -3,8 +3,10 @@
 // unrelated CA, a member certificate the CA revoked, and revocation lists. Test keys only.
 //
 // CHUNKSERVE_TEST_TLS=1 in the environment runs the process tests over TLS: servers started by
-// ServerProcess get --tls-cert/--tls-key/--tls-ca and its Connect() speaks TLS (ctest runs the
-// router and worker end-to-end suites a second time that way, as "tls." tests).
+// ServerProcess get --tls-cert/--tls-key/--tls-ca and --tls-crl crl.pem (which revokes another
+// certificate, so every link also runs the revocation check) and its Connect() speaks TLS with
+// the same list (ctest runs the router and worker end-to-end suites a second time that way, as
+// "tls." tests).
 #ifndef CHUNKSERVE_TESTS_TESTING_TLS_FIXTURES_H_
 #define CHUNKSERVE_TESTS_TESTING_TLS_FIXTURES_H_
 
