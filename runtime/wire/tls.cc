@@ -56,6 +56,9 @@ std::string NameOf(const X509_NAME* name) {
   return text;
 }
 
+// Revocation lists of the largest public CAs are tens of MiB; beyond this a file is a mistake.
+constexpr off_t kMaxCrlFileBytes = off_t{256} << 20;
+
 // The peer-verification store of a context with a CRL file: the CA file's certificates and the
 // file's revocation lists, with the leaf's revocation checked. Each list must be signed by a
 // certificate of the CA file and not past its next update (OpenSSL would refuse every peer).
@@ -75,6 +78,15 @@ Result<StorePtr> MakeVerifyStore(const TlsFiles& files, size_t* revoked) {
     }
     while (X509* ca = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) cas.emplace_back(ca);
     ERR_clear_error();  // the end of the file reads as an error
+  }
+  // A regular file of bounded size: opening a FIFO that nobody writes to never returns.
+  struct stat st {};
+  if (::stat(files.crl_file.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument(crl_what + ": not a readable regular file");
+  }
+  if (st.st_size > kMaxCrlFileBytes) {
+    return Status::InvalidArgument(crl_what + ": larger than " +
+                                   std::to_string(kMaxCrlFileBytes >> 20) + " MiB");
   }
   BioPtr bio(BIO_new_file(files.crl_file.c_str(), "r"));
   if (bio == nullptr) return Status::InvalidArgument(crl_what + ": " + OpenSslError());

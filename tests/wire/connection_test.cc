@@ -6,6 +6,7 @@
 
 #include <capnp/message.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <filesystem>
@@ -705,6 +706,16 @@ TEST(ConnectionTlsTest, UnusableRevocationListsAreRefusedAtStart) {
               StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("no revocation list")));
   EXPECT_THAT(create(WithCrl(testing::NodeTlsFiles(), "node.key")),
               StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("node.key")));
+  // A FIFO, a device or a directory is refused before it is opened (opening a FIFO nobody
+  // writes to never returns).
+  const testing::TempDir dir;
+  const std::string fifo = (dir.path() / "crl.pem").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {fifo, std::string("/dev/null"), dir.path().string()}) {
+    EXPECT_THAT(create(WithCrl(testing::NodeTlsFiles(), path)),
+                StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("regular file")))
+        << path;
+  }
   // Only with TLS on.
   TlsFiles crl_only;
   crl_only.crl_file = testing::TlsFixture("crl.pem");
