@@ -6,6 +6,11 @@
 #include <openssl/x509.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <thread>
+
 #include "runtime/wire/asio.h"
 #include <boost/asio/ssl.hpp>
 #include <utility>
@@ -253,46 +258,126 @@ FileStamp Stamp(const std::string& path) {
 
 }  // namespace
 
+struct CrlWatcher::Watch {
+  std::string file;
+  std::vector<std::shared_ptr<TlsContext>> contexts;
+  std::chrono::milliseconds period;
+  std::chrono::steady_clock::time_point next;  // guarded by the registry's lock
+  std::mutex mu;                                // one check at a time
+  FileStamp seen;                               // guarded by mu
+};
+
+namespace {
+
+// Stats the watch's file and reloads its contexts when the file changed.
+void Check(CrlWatcher::Watch& w) {
+  std::lock_guard<std::mutex> lock(w.mu);
+  const FileStamp now = Stamp(w.file);
+  if (now == w.seen) return;
+  w.seen = now;
+  if (!now.ok) {
+    LOG(WARNING) << "TLS CRL file " << w.file << " cannot be read; keeping the lists loaded";
+    return;
+  }
+  Status status = Status::Ok();
+  for (const auto& context : w.contexts) {
+    Status s = context->ReloadCrl();
+    if (!s.ok()) status = s;
+  }
+  if (status.ok()) {
+    LOG(INFO) << "TLS CRL file " << w.file << " reloaded: "
+              << (w.contexts.empty() ? 0 : w.contexts.front()->revoked_count())
+              << " certificates revoked";
+  } else {
+    LOG(WARNING) << status.ToString() << "; keeping the lists loaded before";
+  }
+}
+
+// The process's watches and the one thread that checks them. The thread runs while there are
+// watches: the last one removed stops it (and waits for it), the next one added starts another.
+// Each thread has its own stop flag, so one that is stopping never outlives its flag's meaning.
+class CrlWatchers {
+ public:
+  static CrlWatchers& Get() {
+    static CrlWatchers* watchers = new CrlWatchers();  // never destroyed: no thread outlives use
+    return *watchers;
+  }
+
+  void Add(std::shared_ptr<CrlWatcher::Watch> w) {
+    std::lock_guard<std::mutex> lock(mu_);
+    w->next = std::chrono::steady_clock::now() + w->period;
+    watches_.push_back(std::move(w));
+    if (!thread_.joinable()) {
+      stop_ = std::make_shared<bool>(false);
+      thread_ = std::thread([this, stop = stop_] { Run(stop); });
+    }
+    cv_.notify_all();
+  }
+
+  void Remove(const std::shared_ptr<CrlWatcher::Watch>& w) {
+    std::thread ending;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      watches_.erase(std::remove(watches_.begin(), watches_.end(), w), watches_.end());
+      if (watches_.empty() && thread_.joinable()) {
+        *stop_ = true;
+        ending = std::move(thread_);
+      }
+    }
+    cv_.notify_all();
+    if (ending.joinable()) ending.join();
+  }
+
+  size_t threads_started() const { return threads_started_.load(); }
+
+ private:
+  void Run(const std::shared_ptr<bool>& stop) {
+    threads_started_.fetch_add(1);
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!*stop) {
+      const auto now = std::chrono::steady_clock::now();
+      std::vector<std::shared_ptr<CrlWatcher::Watch>> due;
+      auto wake = now + std::chrono::seconds(1);
+      for (const auto& w : watches_) {
+        if (w->next <= now) {
+          due.push_back(w);
+          w->next = now + w->period;
+        }
+        wake = std::min(wake, w->next);
+      }
+      if (!due.empty()) {
+        lock.unlock();  // reloading parses files: not under the registry's lock
+        for (const auto& w : due) Check(*w);
+        lock.lock();
+        continue;
+      }
+      cv_.wait_until(lock, wake);
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<CrlWatcher::Watch>> watches_;  // guarded by mu_
+  std::thread thread_;                                       // guarded by mu_
+  std::shared_ptr<bool> stop_;                               // the running thread's; mu_
+  std::atomic<size_t> threads_started_{0};
+};
+
+}  // namespace
+
 CrlWatcher::CrlWatcher(std::string crl_file, std::vector<std::shared_ptr<TlsContext>> contexts,
                        std::chrono::milliseconds period)
-    : file_(std::move(crl_file)), contexts_(std::move(contexts)), period_(period) {
-  thread_ = std::thread([this] { Run(); });
+    : watch_(std::make_shared<Watch>()) {
+  watch_->file = std::move(crl_file);
+  watch_->contexts = std::move(contexts);
+  watch_->period = period;
+  watch_->seen = Stamp(watch_->file);  // what the contexts were created from
+  CrlWatchers::Get().Add(watch_);
 }
 
-CrlWatcher::~CrlWatcher() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
+CrlWatcher::~CrlWatcher() { CrlWatchers::Get().Remove(watch_); }
 
-void CrlWatcher::Run() {
-  FileStamp seen = Stamp(file_);  // what the contexts were created from
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!cv_.wait_for(lock, period_, [this] { return stop_; })) {
-    const FileStamp now = Stamp(file_);
-    if (now == seen) continue;
-    seen = now;
-    if (!now.ok) {
-      LOG(WARNING) << "TLS CRL file " << file_ << " cannot be read; keeping the lists loaded";
-      continue;
-    }
-    Status status = Status::Ok();
-    for (const auto& context : contexts_) {
-      Status s = context->ReloadCrl();
-      if (!s.ok()) status = s;
-    }
-    if (status.ok()) {
-      LOG(INFO) << "TLS CRL file " << file_
-                << " reloaded: " << (contexts_.empty() ? 0 : contexts_.front()->revoked_count())
-                << " certificates revoked";
-    } else {
-      LOG(WARNING) << status.ToString() << "; keeping the lists loaded before";
-    }
-  }
-}
+size_t CrlWatcherThreadsStarted() { return CrlWatchers::Get().threads_started(); }
 
 Result<TlsContexts> MakeTlsContexts(const TlsFiles& files) {
   TlsContexts out;

@@ -26,12 +26,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "runtime/base/status.h"
@@ -91,7 +89,10 @@ class TlsContext {
 };
 
 // Re-reads a CRL file into contexts when it changes (size, time or inode, checked every
-// `period`), and logs what it loaded or why it kept the old lists. Stops on destruction.
+// `period`), and logs what it loaded or why it kept the old lists. One thread serves every
+// watcher of the process (a program with many clients runs one, not one per client); it runs
+// while any watcher exists. Destruction stops watching (a reload that has started may finish
+// after it; the watch holds its contexts until then).
 class CrlWatcher {
  public:
   CrlWatcher(std::string crl_file, std::vector<std::shared_ptr<TlsContext>> contexts,
@@ -100,16 +101,14 @@ class CrlWatcher {
   CrlWatcher(const CrlWatcher&) = delete;
   CrlWatcher& operator=(const CrlWatcher&) = delete;
 
+  struct Watch;  // tls.cc
+
  private:
-  void Run();
-  const std::string file_;
-  const std::vector<std::shared_ptr<TlsContext>> contexts_;
-  const std::chrono::milliseconds period_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread thread_;
+  std::shared_ptr<Watch> watch_;
 };
+
+// Threads the shared watcher has started in this process (tests: one serves many watchers).
+size_t CrlWatcherThreadsStarted();
 
 // What a process needs for its links: a server context for what it accepts and a client context
 // for what it dials (null when TLS is off).

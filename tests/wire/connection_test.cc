@@ -690,6 +690,66 @@ TEST(ConnectionTlsTest, ARewrittenCrlTakesEffectForNewLinks) {
   EXPECT_OK(EchoOnce(server.port(), testing::RevokedTlsFiles()));
 }
 
+// One thread serves every watcher of a process: fifty contexts watching their files start at most
+// one thread, each still reloads its own file, and the thread ends with the last watcher (the next
+// watcher starts a new one).
+TEST(ConnectionTlsTest, ManyCrlWatchersShareOneThread) {
+  const testing::TempDir dir;
+  constexpr int kWatchers = 50;
+  std::vector<std::string> files;
+  std::vector<std::shared_ptr<TlsContext>> contexts;
+  for (int i = 0; i < kWatchers; ++i) {
+    files.push_back((dir.path() / ("crl-" + std::to_string(i) + ".pem")).string());
+    std::filesystem::copy_file(testing::TlsFixture("crl-none.pem"), files.back());
+    contexts.push_back(
+        Context(TlsContext::Side::kServer, testing::WithCrl(testing::NodeTlsFiles(), files.back())));
+    ASSERT_NE(contexts.back(), nullptr);
+  }
+  const size_t threads_before = CrlWatcherThreadsStarted();
+  {
+    std::vector<std::unique_ptr<CrlWatcher>> watchers;
+    for (int i = 0; i < kWatchers; ++i) {
+      watchers.push_back(std::make_unique<CrlWatcher>(
+          files[static_cast<size_t>(i)],
+          std::vector<std::shared_ptr<TlsContext>>{contexts[static_cast<size_t>(i)]}, 20ms));
+    }
+    EXPECT_LE(CrlWatcherThreadsStarted(), threads_before + 1);
+    // Every other file now revokes: those contexts, and only those, pick it up.
+    for (int i = 0; i < kWatchers; i += 2) {
+      const std::string next = files[static_cast<size_t>(i)] + ".new";
+      std::filesystem::copy_file(testing::TlsFixture("crl.pem"), next);
+      std::filesystem::rename(next, files[static_cast<size_t>(i)]);
+    }
+    const auto give_up = std::chrono::steady_clock::now() + 10s;
+    auto all_reloaded = [&] {
+      for (int i = 0; i < kWatchers; i += 2) {
+        if (contexts[static_cast<size_t>(i)]->revoked_count() != 1) return false;
+      }
+      return true;
+    };
+    while (!all_reloaded() && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_TRUE(all_reloaded());
+    for (int i = 1; i < kWatchers; i += 2) {
+      EXPECT_EQ(contexts[static_cast<size_t>(i)]->revoked_count(), 0u) << i;
+    }
+    EXPECT_LE(CrlWatcherThreadsStarted(), threads_before + 1);
+  }
+  // All gone: a new watcher needs (and gets) a thread again, and it works.
+  const size_t threads_after = CrlWatcherThreadsStarted();
+  CrlWatcher again(files[1], {contexts[1]}, 20ms);
+  const std::string next = files[1] + ".new";
+  std::filesystem::copy_file(testing::TlsFixture("crl.pem"), next);
+  std::filesystem::rename(next, files[1]);
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (contexts[1]->revoked_count() != 1 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(contexts[1]->revoked_count(), 1u);
+  EXPECT_EQ(CrlWatcherThreadsStarted(), threads_after + 1);
+}
+
 TEST(ConnectionTlsTest, UnusableRevocationListsAreRefusedAtStart) {
   using testing::WithCrl;
   const auto create = [](const TlsFiles& f) {
