@@ -228,6 +228,12 @@ make_pki() {  # a cluster CA and one certificate per router and worker (examples
       openssl x509 -req -in "$node.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 825 \
           -extfile "$node.ext" -out "$node.pem" 2>/dev/null
     done
+    # The CA's revocation list (nothing revoked yet), so that every link runs the CRL check.
+    touch index.txt
+    echo 1000 >crlnumber
+    printf '%s\n' "[ca]" "default_ca = d" "[d]" "database = index.txt" "crlnumber = crlnumber" \
+        "default_md = sha256" "default_crl_days = 30" >crl.cnf
+    openssl ca -config crl.cnf -keyfile ca.key -cert ca.pem -gencrl -out crl.pem 2>/dev/null
   )
 }
 
@@ -240,6 +246,7 @@ security_flags() {  # the secret and TLS flags of node $1 (a router or worker)
   fi
   if [[ -f "$pki/ca.pem" ]]; then
     flags+=(--tls-ca "$pki/ca.pem" --tls-cert "$pki/$1.pem" --tls-key "$pki/$1.key")
+    [[ -f "$pki/crl.pem" ]] && flags+=(--tls-crl "$pki/crl.pem")
   fi
   echo "${flags[@]}"
 }
