@@ -35,15 +35,11 @@ struct StoreFree {
 struct BioFree {
   void operator()(BIO* b) const { BIO_free(b); }
 };
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
 struct CrlFree {
   void operator()(X509_CRL* c) const { X509_CRL_free(c); }
 };
 using StorePtr = std::unique_ptr<X509_STORE, StoreFree>;
 using BioPtr = std::unique_ptr<BIO, BioFree>;
-using X509Ptr = std::unique_ptr<X509, X509Free>;
 using CrlPtr = std::unique_ptr<X509_CRL, CrlFree>;
 
 // OpenSSL's last queued error, and the queue cleared.
@@ -64,25 +60,23 @@ std::string NameOf(const X509_NAME* name) {
 // Revocation lists of the largest public CAs are tens of MiB; beyond this a file is a mistake.
 constexpr off_t kMaxCrlFileBytes = off_t{256} << 20;
 
-// The peer-verification store of a context with a CRL file: the CA file's certificates and the
-// file's revocation lists, with the leaf's revocation checked. Each list must be signed by a
-// certificate of the CA file and not past its next update (OpenSSL would refuse every peer).
-Result<StorePtr> MakeVerifyStore(const TlsFiles& files, size_t* revoked) {
+// The peer-verification store of a context with a CRL file: the CA certificates the context
+// trusts (loaded from the CA file when it was made) and the file's revocation lists, with the
+// leaf's revocation checked. Each list must be signed by one of those CA certificates and not be
+// past its next update (OpenSSL would refuse every peer).
+Result<StorePtr> MakeVerifyStore(SSL_CTX* context, const TlsFiles& files, size_t* revoked) {
   const std::string crl_what = "TLS CRL file " + files.crl_file;
   StorePtr store(X509_STORE_new());
   if (store == nullptr)
     return Status::ResourceExhausted("TLS: cannot allocate a certificate store");
-  if (X509_STORE_load_locations(store.get(), files.ca_file.c_str(), nullptr) != 1) {
-    return Status::InvalidArgument("TLS CA file " + files.ca_file + ": " + OpenSslError());
-  }
-  std::vector<X509Ptr> cas;
-  {
-    BioPtr bio(BIO_new_file(files.ca_file.c_str(), "r"));
-    if (bio == nullptr) {
-      return Status::InvalidArgument("TLS CA file " + files.ca_file + ": " + OpenSslError());
+  std::unique_ptr<STACK_OF(X509), void (*)(STACK_OF(X509)*)> cas(
+      X509_STORE_get1_all_certs(SSL_CTX_get_cert_store(context)),
+      [](STACK_OF(X509) * certs) { sk_X509_pop_free(certs, X509_free); });
+  if (cas == nullptr) return Status::Internal("TLS: cannot list the CA certificates");
+  for (int i = 0; i < sk_X509_num(cas.get()); ++i) {
+    if (X509_STORE_add_cert(store.get(), sk_X509_value(cas.get(), i)) != 1) {
+      return Status::Internal("TLS: cannot copy the CA certificates: " + OpenSslError());
     }
-    while (X509* ca = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) cas.emplace_back(ca);
-    ERR_clear_error();  // the end of the file reads as an error
   }
   // A regular file of bounded size: opening a FIFO that nobody writes to never returns.
   struct stat st {};
@@ -109,12 +103,10 @@ Result<StorePtr> MakeVerifyStore(const TlsFiles& files, size_t* revoked) {
     }
     const X509_NAME* issuer = X509_CRL_get_issuer(crl.get());
     bool signed_by_ca = false;
-    for (const X509Ptr& ca : cas) {
-      if (X509_NAME_cmp(X509_get_subject_name(ca.get()), issuer) == 0 &&
-          X509_CRL_verify(crl.get(), X509_get0_pubkey(ca.get())) == 1) {
-        signed_by_ca = true;
-        break;
-      }
+    for (int i = 0; i < sk_X509_num(cas.get()) && !signed_by_ca; ++i) {
+      X509* ca = sk_X509_value(cas.get(), i);
+      signed_by_ca = X509_NAME_cmp(X509_get_subject_name(ca), issuer) == 0 &&
+                     X509_CRL_verify(crl.get(), X509_get0_pubkey(ca)) == 1;
     }
     ERR_clear_error();
     if (!signed_by_ca) {
@@ -192,7 +184,8 @@ Result<std::shared_ptr<TlsContext>> TlsContext::Create(Side side, const TlsFiles
 Status TlsContext::ReloadCrl() {
   if (files_.crl_file.empty()) return Status::Ok();
   size_t revoked = 0;
-  CHUNKSERVE_ASSIGN_OR_RETURN(StorePtr store, MakeVerifyStore(files_, &revoked));
+  CHUNKSERVE_ASSIGN_OR_RETURN(StorePtr store,
+                              MakeVerifyStore(context_->native_handle(), files_, &revoked));
   std::lock_guard<std::mutex> lock(mu_);
   // Streams made from now on verify against the new store; each stream holds a reference to the
   // store it was made with (OpenSSL copies the context's certificate settings into every SSL).
