@@ -149,6 +149,8 @@ inline void KeepAlive(uint32_t x) { asm volatile("" : : "r"(x)); }
 
 inline void Prefetch(const void* p) { __builtin_prefetch(p); }
 
+inline void PrefetchL2(const void* p) { __builtin_prefetch(p, 0, 1); }
+
 }  // namespace chunkserve::kernels::cpu::scalar
 
 #endif  // CHUNKSERVE_KERNELS_CPU_SIMD_SCALAR_H_
