@@ -39,12 +39,14 @@ CpuIsa ResolveCpuIsa(CpuIsa requested, KernelStatus* status);
 double WideFmaSpeedup();
 
 // Where WideFmaSpeedup() reaches this, AVX-512 attention kernels pay (kernels/README.md, "ISA
-// choice").
-inline constexpr double kWideFmaPays = 1.4;
+// choice"): their 32 registers hold larger tiles and the streaming units' accumulators, so they
+// are faster wherever 512-bit FMAs are not slower than 256-bit ones (Zen 4's split FMAs included);
+// below it (a core that lowers its clock for 512-bit work) they are not.
+inline constexpr double kWideFmaPays = 0.9;
 
 // ResolveCpuIsa for the attention and KV-append kernels: the same, except that a kAuto request left
 // to detection (no $CHUNKSERVE_CPU_ISA) runs AVX2 on an AVX-512 CPU whose WideFmaSpeedup() is below
-// kWideFmaPays: there the AVX-512 build is no faster, and the choice should not depend on a flag.
+// kWideFmaPays: there the AVX-512 build is slower, and the choice should not depend on a flag.
 CpuIsa ResolveAttentionIsa(CpuIsa requested, KernelStatus* status);
 
 }  // namespace chunkserve::kernels::cpu
