@@ -9,8 +9,11 @@
 //
 // Floors: bytes = shared KV once + private KV + q + o; flops = 4 * batch * np * heads * head_dim
 // (QK^T and PV, 2 per multiply-add); floor = max(bytes / measured read bandwidth, flops / measured
-// FMA peak). efficiency = floor / median. Caches are flushed between timed iterations unless
-// --warm (cold is what a real decode step sees: the previous layer evicted this one's KV).
+// FMA peak). efficiency = floor / median, with the best bandwidth and FMA peak of the whole run;
+// eff_local / efficiency_local holds each timed iteration against the bandwidth sampled right
+// before and after its round instead (LocalEfficiency). Caches are flushed between timed
+// iterations unless --warm (cold is what a real decode step sees: the previous layer evicted this
+// one's KV).
 //
 // --device cuda runs the same workload, flags and JSON fields on the CUDA kernels instead
 // (attention_cuda.cc; built with CUDA only).
@@ -243,6 +246,10 @@ struct Timing {
   double median_ms = 0.0;
   double min_ms = 0.0;
   int32_t iters = 0;
+  // Per timed iteration (cold runs of TimeInterleaved only): its time and the read bandwidth the
+  // machine gave around it, the better of the probes just before and just after its round.
+  std::vector<double> ms;
+  std::vector<double> local_gbs;
 };
 
 template <typename F>
@@ -254,15 +261,20 @@ Timing Time(int32_t iters, bool warm, kc::ThreadPool& pool, F run) {
     run();
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   }
-  return {Median(ms), *std::min_element(ms.begin(), ms.end()), iters};
+  return {Median(ms), *std::min_element(ms.begin(), ms.end()), iters, ms, {}};
 }
 
 // Times several implementations with their iterations interleaved (a, b, c, a, b, c, ...), so that
 // on a machine whose available bandwidth drifts (shared hosts do) they all see the same conditions.
+// Cold runs also sample the read bandwidth before every round and after the last (`probe`), so that
+// each iteration can be held against the bandwidth of its own moment (Timing::local_gbs).
 std::vector<Timing> TimeInterleaved(int32_t iters, bool warm, kc::ThreadPool& pool,
+                                    ReadBandwidthProbe* probe,
                                     const std::vector<std::function<void()>>& runs) {
   std::vector<std::vector<double>> ms(runs.size());
+  std::vector<double> round_gbs;
   for (int32_t i = 0; i < iters; ++i) {
+    if (!warm) round_gbs.push_back(probe->Pass());
     for (size_t k = 0; k < runs.size(); ++k) {
       if (!warm) FlushCaches(pool);
       const auto start = Clock::now();
@@ -270,8 +282,17 @@ std::vector<Timing> TimeInterleaved(int32_t iters, bool warm, kc::ThreadPool& po
       ms[k].push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
     }
   }
+  if (!warm) round_gbs.push_back(probe->Pass());
   std::vector<Timing> out;
-  for (const auto& v : ms) out.push_back({Median(v), *std::min_element(v.begin(), v.end()), iters});
+  for (const auto& v : ms) {
+    Timing t{Median(v), *std::min_element(v.begin(), v.end()), iters, v, {}};
+    if (!warm) {
+      for (int32_t i = 0; i < iters; ++i) {
+        t.local_gbs.push_back(std::max(round_gbs[i], round_gbs[i + 1]));
+      }
+    }
+    out.push_back(std::move(t));
+  }
   return out;
 }
 
@@ -298,7 +319,7 @@ struct Config {
 // One configuration: builds the data, checks the implementations agree, times them.
 // Returns false when the implementations disagree or a kernel fails.
 bool RunConfig(const Options& o, const Config& cfg, MachinePeaks& peaks, kc::ThreadPool& pool,
-               bool run_naive, std::vector<Result>* results) {
+               ReadBandwidthProbe& probe, bool run_naive, std::vector<Result>* results) {
   const BenchLayout layout = BuildBenchLayout(cfg.batch, o.chunk, cfg.np, cfg.ns);
   const size_t elem = kernels::DTypeSize(o.kv_dtype);
   const size_t block_elems = static_cast<size_t>(o.chunk) * o.head_dim;
@@ -462,7 +483,7 @@ bool RunConfig(const Options& o, const Config& cfg, MachinePeaks& peaks, kc::Thr
       runs.push_back([&, i] { (void)kc::TppDecode(isa_params[i]); });
     }
   }
-  const std::vector<Timing> timings = TimeInterleaved(o.iters, o.warm, pool, runs);
+  const std::vector<Timing> timings = TimeInterleaved(o.iters, o.warm, pool, &probe, runs);
   for (size_t k = 0; k < names.size(); ++k) results->push_back({names[k], timings[k], true});
   RemeasureMachinePeaks(&peaks);
   return true;
@@ -483,8 +504,30 @@ Work WorkOf(const Options& o, const Config& cfg) {
           4.0 * cfg.batch * static_cast<double>(cfg.np) * o.heads * o.head_dim};
 }
 
+double FloorMs(const Work& w, double read_gbs, double fma_gflops) {
+  return 1e3 * std::max(w.bytes / (read_gbs * 1e9), w.flops / (fma_gflops * 1e9));
+}
+
 double FloorMs(const Work& w, const MachinePeaks& peaks) {
-  return 1e3 * std::max(w.bytes / (peaks.read_gbs * 1e9), w.flops / (peaks.fma_gflops * 1e9));
+  return FloorMs(w, peaks.read_gbs, peaks.fma_gflops);
+}
+
+// Efficiency against the bandwidth of each iteration's own moment: the median over iterations of
+// floor(local bandwidth, the run's FMA peak) / time. The run's floor uses the best bandwidth the
+// run ever saw, which on a host whose bandwidth swings (here 28-60 GB/s within one run) holds a
+// memory-bound kernel against a rate it was never given; this one holds it against what the
+// machine gave while it ran. NaN without local samples (--warm).
+double LocalEfficiency(const Work& w, const MachinePeaks& peaks, const Timing& t) {
+  if (t.local_gbs.empty()) return std::nan("");
+  std::vector<double> eff;
+  for (size_t i = 0; i < t.ms.size(); ++i) {
+    eff.push_back(FloorMs(w, t.local_gbs[i], peaks.fma_gflops) / t.ms[i]);
+  }
+  return Median(eff);
+}
+
+double LocalGbs(const Timing& t) {
+  return t.local_gbs.empty() ? std::nan("") : Median(t.local_gbs);
 }
 
 void EmitJson(const Options& o, const Config& cfg, const MachinePeaks& peaks, const Result& r,
@@ -513,6 +556,11 @@ void EmitJson(const Options& o, const Config& cfg, const MachinePeaks& peaks, co
   j["min_ms"] = r.timing.min_ms;
   j["floor_ms"] = floor_ms;
   j["efficiency"] = floor_ms / r.timing.median_ms;
+  const double local_eff = LocalEfficiency(w, peaks, r.timing);
+  if (!std::isnan(local_eff)) {
+    j["efficiency_local"] = local_eff;
+    j["local_bandwidth_gbs"] = LocalGbs(r.timing);
+  }
   j["bytes"] = w.bytes;
   j["flops"] = w.flops;
   j["bandwidth_gbs"] = peaks.read_gbs;
@@ -563,12 +611,13 @@ void PrintSingle(const Options& o, const MachinePeaks& peaks, const Measured& m)
               w.bytes / 1e6, w.flops / 1e9, floor_ms,
               w.bytes / (peaks.read_gbs * 1e9) >= w.flops / (peaks.fma_gflops * 1e9) ? "memory"
                                                                                      : "compute");
-  std::printf("%-9s %10s %10s %10s %8s %9s %9s\n", "impl", "median_ms", "min_ms", "floor_ms",
-              "effic.", "GB/s", "GFLOP/s");
+  std::printf("%-9s %10s %10s %10s %8s %9s %9s %9s %9s\n", "impl", "median_ms", "min_ms",
+              "floor_ms", "effic.", "GB/s", "GFLOP/s", "local_GB/s", "eff_local");
   for (const Result& r : m.results) {
-    std::printf("%-9s %10.3f %10.3f %10.3f %8.3f %9.1f %9.1f\n", r.impl.c_str(), r.timing.median_ms,
-                r.timing.min_ms, floor_ms, floor_ms / r.timing.median_ms,
-                w.bytes / (r.timing.median_ms * 1e6), w.flops / (r.timing.median_ms * 1e6));
+    std::printf("%-9s %10.3f %10.3f %10.3f %8.3f %9.1f %9.1f %10.1f %9.3f\n", r.impl.c_str(),
+                r.timing.median_ms, r.timing.min_ms, floor_ms, floor_ms / r.timing.median_ms,
+                w.bytes / (r.timing.median_ms * 1e6), w.flops / (r.timing.median_ms * 1e6),
+                LocalGbs(r.timing), LocalEfficiency(w, peaks, r.timing));
   }
   const Result* paged = Find(m.results, "paged");
   const Result* tpp = Find(m.results, "tpp");
@@ -582,12 +631,13 @@ void PrintTable3(const Options& o, const MachinePeaks& peaks, const std::vector<
       "\nTable 3: latency (ms, median of %d; naive: of %d), batch %d; efficiency = floor / "
       "median\n",
       o.iters, std::max(1, std::min(o.naive_iters, o.iters)), o.batch);
-  std::printf("%6s %6s %10s %10s%s %10s %9s %9s %8s %9s\n", "np", "ns", "naive", "paged",
+  std::printf("%6s %6s %10s %10s%s %10s %9s %9s %8s %9s %10s %8s\n", "np", "ns", "naive", "paged",
               o.paged_head_major ? "   paged_hm" : "", "tpp", "tpp/paged", "floor_ms", "tpp_eff",
-              "paged_eff");
+              "paged_eff", "local_GB/s", "tpp_loc");
   for (const Measured& m : all) {
     if (std::strcmp(m.section, "table3") != 0) continue;
-    const double floor_ms = FloorMs(WorkOf(o, m.cfg), peaks);
+    const Work w = WorkOf(o, m.cfg);
+    const double floor_ms = FloorMs(w, peaks);
     const Result* naive = Find(m.results, "naive");
     const Result* paged = Find(m.results, "paged");
     const Result* paged_hm = Find(m.results, "paged_hm");
@@ -597,11 +647,12 @@ void PrintTable3(const Options& o, const MachinePeaks& peaks, const std::vector<
     char hm_s[32] = "";
     if (paged_hm != nullptr)
       std::snprintf(hm_s, sizeof(hm_s), " %10.2f", paged_hm->timing.median_ms);
-    std::printf("%6lld %6lld %10s %10.2f%s %10.2f %8.2fx %9.2f %8.2f %9.2f\n",
+    std::printf("%6lld %6lld %10s %10.2f%s %10.2f %8.2fx %9.2f %8.2f %9.2f %10.1f %8.2f\n",
                 static_cast<long long>(m.cfg.np), static_cast<long long>(m.cfg.ns), naive_s,
                 paged->timing.median_ms, hm_s, tpp->timing.median_ms,
                 paged->timing.median_ms / tpp->timing.median_ms, floor_ms,
-                floor_ms / tpp->timing.median_ms, floor_ms / paged->timing.median_ms);
+                floor_ms / tpp->timing.median_ms, floor_ms / paged->timing.median_ms,
+                LocalGbs(tpp->timing), LocalEfficiency(w, peaks, tpp->timing));
   }
 }
 
@@ -613,18 +664,21 @@ void PrintIsaTable(const Options& o, const MachinePeaks& peaks, const std::vecto
       "%.2f, AVX-512 from %.1f)\n",
       o.iters, kc::CpuIsaName(kc::ResolveAttentionIsa(kc::CpuIsa::kAuto, &status)),
       kc::WideFmaSpeedup(), kc::kWideFmaPays);
-  std::printf("%-8s %6s %6s %6s %10s %10s %12s %9s %9s\n", "section", "np", "ns", "batch",
-              "tpp_avx2", "tpp_avx512", "avx512/avx2", "eff_avx2", "eff_avx512");
+  std::printf("%-8s %6s %6s %6s %10s %10s %12s %9s %9s %9s %9s\n", "section", "np", "ns", "batch",
+              "tpp_avx2", "tpp_avx512", "avx512/avx2", "eff_avx2", "eff_avx512", "loc_avx2",
+              "loc_avx512");
   for (const Measured& m : all) {
     const Result* a2 = Find(m.results, "tpp_avx2");
     const Result* a5 = Find(m.results, "tpp_avx512");
     if (a2 == nullptr || a5 == nullptr) continue;
-    const double floor_ms = FloorMs(WorkOf(o, m.cfg), peaks);
-    std::printf("%-8s %6lld %6lld %6d %10.2f %10.2f %11.2fx %9.2f %9.2f\n", m.section,
+    const Work w = WorkOf(o, m.cfg);
+    const double floor_ms = FloorMs(w, peaks);
+    std::printf("%-8s %6lld %6lld %6d %10.2f %10.2f %11.2fx %9.2f %9.2f %9.2f %9.2f\n", m.section,
                 static_cast<long long>(m.cfg.np), static_cast<long long>(m.cfg.ns), m.cfg.batch,
                 a2->timing.median_ms, a5->timing.median_ms,
                 a2->timing.median_ms / a5->timing.median_ms, floor_ms / a2->timing.median_ms,
-                floor_ms / a5->timing.median_ms);
+                floor_ms / a5->timing.median_ms, LocalEfficiency(w, peaks, a2->timing),
+                LocalEfficiency(w, peaks, a5->timing));
   }
 }
 
@@ -632,23 +686,25 @@ void PrintFigure4(const Options& o, const MachinePeaks& peaks, const std::vector
   std::printf(
       "\nFigure 4: batch sweep at np %lld, ns %lld (latency ms, tokens/s = batch / latency)\n",
       static_cast<long long>(o.np), static_cast<long long>(o.ns));
-  std::printf("%6s %10s %10s %12s %12s %9s %8s\n", "batch", "paged_ms", "tpp_ms", "paged_tok/s",
-              "tpp_tok/s", "tpp/paged", "tpp_eff");
+  std::printf("%6s %10s %10s %12s %12s %9s %8s %8s\n", "batch", "paged_ms", "tpp_ms", "paged_tok/s",
+              "tpp_tok/s", "tpp/paged", "tpp_eff", "tpp_loc");
   for (const Measured& m : all) {
     if (std::strcmp(m.section, "figure4") != 0) continue;
     const Result* paged = Find(m.results, "paged");
     const Result* tpp = Find(m.results, "tpp");
-    const double floor_ms = FloorMs(WorkOf(o, m.cfg), peaks);
-    std::printf("%6d %10.2f %10.2f %12.0f %12.0f %8.2fx %8.2f\n", m.cfg.batch,
+    const Work w = WorkOf(o, m.cfg);
+    const double floor_ms = FloorMs(w, peaks);
+    std::printf("%6d %10.2f %10.2f %12.0f %12.0f %8.2fx %8.2f %8.2f\n", m.cfg.batch,
                 paged->timing.median_ms, tpp->timing.median_ms,
                 m.cfg.batch / (paged->timing.median_ms * 1e-3),
                 m.cfg.batch / (tpp->timing.median_ms * 1e-3),
-                paged->timing.median_ms / tpp->timing.median_ms, floor_ms / tpp->timing.median_ms);
+                paged->timing.median_ms / tpp->timing.median_ms, floor_ms / tpp->timing.median_ms,
+                LocalEfficiency(w, peaks, tpp->timing));
   }
 }
 
 // Runs the configurations of the mode; false when one fails (the error is printed).
-bool RunAll(const Options& o, kc::ThreadPool& pool, MachinePeaks& peaks,
+bool RunAll(const Options& o, kc::ThreadPool& pool, MachinePeaks& peaks, ReadBandwidthProbe& probe,
             std::vector<Measured>* all) {
   auto run = [&](const char* section, const Config& cfg, bool naive) {
     Measured m{section, cfg, {}};
@@ -656,7 +712,7 @@ bool RunAll(const Options& o, kc::ThreadPool& pool, MachinePeaks& peaks,
       std::fprintf(stderr, "attention: %s np %lld ns %lld batch %d...\n", section,
                    static_cast<long long>(cfg.np), static_cast<long long>(cfg.ns), cfg.batch);
     }
-    if (!RunConfig(o, cfg, peaks, pool, naive, &m.results)) return false;
+    if (!RunConfig(o, cfg, peaks, pool, probe, naive, &m.results)) return false;
     all->push_back(std::move(m));
     return true;
   };
@@ -707,8 +763,9 @@ int AttentionMain(int argc, char** argv) {
   }
   kc::ThreadPool pool(o.threads);
   MachinePeaks peaks = MeasureMachinePeaks(o.threads);
+  ReadBandwidthProbe probe(o.threads);
   std::vector<Measured> all;
-  const bool ok = RunAll(o, pool, peaks, &all);
+  const bool ok = RunAll(o, pool, peaks, probe, &all);
   if (o.json) {
     for (const Measured& m : all) {
       for (const Result& r : m.results) EmitJson(o, m.cfg, peaks, r, m.section);

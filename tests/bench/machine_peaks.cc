@@ -159,30 +159,40 @@ void* AllocateLarge(size_t bytes) {
   return p;
 }
 
-double MeasureReadBandwidth(int32_t threads, size_t buffer_bytes, int32_t passes) {
-  const size_t n = buffer_bytes / sizeof(float) / 32 * 32;
-  float* buf = static_cast<float*>(AllocateLarge(n * sizeof(float)));
-  if (buf == nullptr) return 0.0;
-  RunTogether(threads, [&](int32_t t) {
-    const size_t per = n / threads / 32 * 32;
-    for (size_t i = per * t; i < per * (t + 1); ++i) buf[i] = 1.0f;
+ReadBandwidthProbe::ReadBandwidthProbe(int32_t threads, size_t buffer_bytes)
+    : threads_(threads),
+      floats_per_thread_((buffer_bytes > 0 ? buffer_bytes : LastLevelCacheBytes() * 4) /
+                         sizeof(float) / threads / 32 * 32),
+      buf_(static_cast<float*>(AllocateLarge(floats_per_thread_ * threads * sizeof(float)))) {
+  if (buf_ == nullptr) return;
+  RunTogether(threads_, [&](int32_t t) {
+    float* mine = buf_ + floats_per_thread_ * t;
+    for (size_t i = 0; i < floats_per_thread_; ++i) mine[i] = 1.0f;
   });
+}
+
+ReadBandwidthProbe::~ReadBandwidthProbe() { std::free(buf_); }
+
+double ReadBandwidthProbe::Pass() {
+  if (buf_ == nullptr || floats_per_thread_ == 0) return 0.0;
   const bool avx2 = HasAvx2Fma();
-  double best = 0.0;
-  for (int32_t pass = 0; pass < passes; ++pass) {
-    const double seconds = RunTogether(threads, [&](int32_t t) {
-      const size_t per = n / threads / 32 * 32;
+  const double seconds = RunTogether(threads_, [&](int32_t t) {
+    const float* mine = buf_ + floats_per_thread_ * t;
 #if defined(__x86_64__) || defined(__i386__)
-      const float s = avx2 ? SumAvx2(buf + per * t, per) : SumPortable(buf + per * t, per);
+    const float s =
+        avx2 ? SumAvx2(mine, floats_per_thread_) : SumPortable(mine, floats_per_thread_);
 #else
-      const float s = SumPortable(buf + per * t, per);
+    const float s = SumPortable(mine, floats_per_thread_);
 #endif
-      g_sink.store(s, std::memory_order_relaxed);
-    });
-    const size_t per = n / threads / 32 * 32;
-    best = std::max(best, static_cast<double>(per * threads * sizeof(float)) / seconds / 1e9);
-  }
-  std::free(buf);
+    g_sink.store(s, std::memory_order_relaxed);
+  });
+  return static_cast<double>(floats_per_thread_ * threads_ * sizeof(float)) / seconds / 1e9;
+}
+
+double MeasureReadBandwidth(int32_t threads, size_t buffer_bytes, int32_t passes) {
+  ReadBandwidthProbe probe(threads, buffer_bytes);
+  double best = 0.0;
+  for (int32_t pass = 0; pass < passes; ++pass) best = std::max(best, probe.Pass());
   return best;
 }
 

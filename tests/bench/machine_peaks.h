@@ -39,6 +39,26 @@ MachinePeaks MeasureMachinePeaks(int32_t threads, size_t buffer_bytes = 0);
 void RemeasureMachinePeaks(MachinePeaks* peaks);
 
 double MeasureReadBandwidth(int32_t threads, size_t buffer_bytes, int32_t passes);
+
+// The read-bandwidth measurement above with its buffer kept between passes, for sampling the
+// bandwidth the machine gives right now (beside timed iterations: a shared host's changes from
+// second to second). Pass() streams the buffer once with `threads` threads and returns GB/s (0
+// when the buffer could not be allocated); the default buffer is 4x the last-level cache, about 4
+// ms at 30 GB/s.
+class ReadBandwidthProbe {
+ public:
+  explicit ReadBandwidthProbe(int32_t threads, size_t buffer_bytes = 0);
+  ~ReadBandwidthProbe();
+  ReadBandwidthProbe(const ReadBandwidthProbe&) = delete;
+  ReadBandwidthProbe& operator=(const ReadBandwidthProbe&) = delete;
+
+  double Pass();
+
+ private:
+  int32_t threads_;
+  size_t floats_per_thread_;
+  float* buf_;
+};
 double MeasureFmaPeak(int32_t threads, FmaIsa isa);  // 0 when the CPU lacks `isa`
 
 // Evicts the caches by streaming a buffer of several times the last-level cache (reads and writes,
