@@ -283,10 +283,12 @@ std::vector<Timing> TimeInterleaved(int32_t iters, bool warm, kc::ThreadPool& po
     }
   }
   if (!warm) round_gbs.push_back(probe->Pass());
+  // A probe without its buffer reads 0: then there are no local samples at all.
+  const bool sampled = !warm && *std::min_element(round_gbs.begin(), round_gbs.end()) > 0.0;
   std::vector<Timing> out;
   for (const auto& v : ms) {
     Timing t{Median(v), *std::min_element(v.begin(), v.end()), iters, v, {}};
-    if (!warm) {
+    if (sampled) {
       for (int32_t i = 0; i < iters; ++i) {
         t.local_gbs.push_back(std::max(round_gbs[i], round_gbs[i + 1]));
       }
