@@ -67,6 +67,11 @@ class FrameDecoder {
   // Pops the oldest decoded message; false when none is ready.
   bool Next(DecodedMessage* message);
 
+  // A partial frame is stored in fixed blocks allocated as its bytes arrive and never
+  // reallocated: the memory held is what arrived rounded up to a block, with no growth copies
+  // left behind in the allocator, and that is what a connection's buffer budget is charged.
+  static constexpr size_t kBlockBytes = 16u << 10;
+
   // Memory held for the frame not yet complete (whole blocks; 0 between frames).
   size_t buffered_bytes() const { return blocks_.size() * kBlockBytes; }
   // Changes the frame size limit for frames not yet started (a connection that authenticated as
@@ -75,11 +80,6 @@ class FrameDecoder {
   const Status& status() const { return status_; }
 
  private:
-  // A partial frame is stored in fixed blocks allocated as its bytes arrive and never
-  // reallocated: the memory held is what arrived rounded up to a block, with no growth copies
-  // left behind in the allocator, and that is what a connection's buffer budget is charged.
-  static constexpr size_t kBlockBytes = 16u << 10;
-
   // Copies `n` bytes to the end of the current frame.
   void Append(const uint8_t* data, size_t n);
   // Decodes the complete frame in blocks_ and starts the next one.

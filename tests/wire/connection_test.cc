@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "runtime/wire/client.h"
+#include "runtime/wire/framing.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/tls_fixtures.h"
@@ -322,9 +323,16 @@ TEST(ConnectionTest, AStartedFrameMustCompleteInTime) {
 }
 
 TEST(ConnectionTest, PartialFramesAcrossConnectionsStayWithinTheBudget) {
-  // 20 peers each start a 1 MB frame and send 100 KB of it: with a 1 MB budget at most 10 fit,
-  // the rest are refused at once; the budget never passes its limit and is free again after.
-  auto budget = std::make_shared<ByteBudget>(1u << 20);
+  // 20 peers each start a 1 MB frame and send 100 KB of it; a partial frame is charged in whole
+  // decoder blocks, so with a 1 MB budget `fit` of them fit (9), the rest are refused at once;
+  // the budget never passes its limit and is free again after.
+  constexpr size_t kSent = 8 + (100 << 10);  // segment table + body
+  constexpr size_t kCharge =
+      (kSent + FrameDecoder::kBlockBytes - 1) / FrameDecoder::kBlockBytes * FrameDecoder::kBlockBytes;
+  constexpr size_t kLimit = 1u << 20;
+  constexpr uint64_t kFit = kLimit / kCharge;
+  static_assert(kFit >= 5 && kFit < 20);
+  auto budget = std::make_shared<ByteBudget>(kLimit);
   ConnectionOptions o;
   o.budget = budget;
   o.frame_timeout = 10s;
@@ -337,16 +345,19 @@ TEST(ConnectionTest, PartialFramesAcrossConnectionsStayWithinTheBudget) {
     (void)c->SendRaw(PartialFrame((1u << 20) / 8, 100 << 10));
     peers.push_back(std::move(c));
   }
+  // Every peer settles as accepted (its whole 100 KB held) or refused. The wait is for that final
+  // state, not for a byte sum that a peer still arriving (charged, about to be refused) can reach
+  // early: that counted one refusal too few.
   const auto give_up = std::chrono::steady_clock::now() + 10s;
-  while (budget->used() + budget->refusals() * (100 << 10) < 20u * (100 << 10) &&
+  while (!(budget->used() == kFit * kCharge && budget->refusals() == 20 - kFit) &&
          std::chrono::steady_clock::now() < give_up) {
     EXPECT_LE(budget->used(), budget->limit());
     std::this_thread::sleep_for(10ms);
   }
   EXPECT_LE(budget->used(), budget->limit());
-  EXPECT_GE(budget->used(), 9u * (100 << 10));
+  EXPECT_EQ(budget->used(), kFit * kCharge);
   const uint64_t refusals = budget->refusals();
-  EXPECT_GE(refusals, 10u);
+  EXPECT_EQ(refusals, 20 - kFit);
   // The server has closed every refused peer (so what they will see is already on its way);
   // each sees the Error, or only the close when the reset overtook it. The others hear nothing.
   ASSERT_TRUE(server.WaitClosed(static_cast<int>(refusals), 10s));
