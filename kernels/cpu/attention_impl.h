@@ -93,43 +93,34 @@ const typename Kv<kDt>::T* BlockPtr(const void* base, const KvCacheView& kv, int
   return static_cast<const typename Kv<kDt>::T*>(base) + block * kv.chunk_size * kv.head_dim;
 }
 
-// Where PrefetchStream brings the next blocks. Memory-bound walks (the streaming units, block
-// tiles of at most 16 rows) prefetch into L2: a prefetch into L1 holds one of the L1's few miss
-// buffers until its line arrives, and with little compute per line a step's burst of them stalls
-// the loads behind it (a Zen 4 thread streamed fp32 KV at 0.41-0.51 of its read bandwidth with L1
-// prefetches, 0.71-0.82 with L2 ones, 0.80-0.82 with none; fp16 KV needs the prefetch, see
-// SequenceTask). Compute-bound tiles, which read every line of a block many times, prefetch into
-// L1 (kernels/README.md, "Prefetch level").
-enum class PrefetchTo { kL1, kL2 };
-
 // Prefetches the next chunk's K and V blocks a few cache lines at a time, spread over the work on
 // the current chunk (one Step() per register tile), so the loads overlap compute without a burst
 // that would overflow the core's miss buffers. With nothing to prefetch, Step() does nothing.
+//
+// Into L2, not L1, for every walk: an L1 prefetch holds one of the L1's few miss buffers until its
+// line arrives, and a streaming step, with little compute per line, issues a burst of them that
+// stalls the loads behind it (a Zen 4 thread streamed fp32 KV at 0.41-0.51 of its read bandwidth
+// with L1 prefetches, 0.71-0.82 with L2 ones); the GEMM-shaped tiles, whose blocks the L1 cannot
+// hold beside Q^T anyway, run 4-11% faster with 24-32 rows and the same with 48-64
+// (kernels/README.md, "Prefetch level"). fp16 KV needs the prefetch (see SequenceTask).
 struct PrefetchStream {
   const char* k = nullptr;
   const char* v = nullptr;
   int64_t bytes = 0;  // per block
   int64_t next = 0;   // the next line, counting through k, then v
   int64_t lines_per_step = 0;
-  PrefetchTo to = PrefetchTo::kL2;
 
-  void Reset(const void* kb, const void* vb, int64_t block_bytes, int64_t steps, PrefetchTo level) {
+  void Reset(const void* kb, const void* vb, int64_t block_bytes, int64_t steps) {
     k = static_cast<const char*>(kb);
     v = static_cast<const char*>(vb);
     bytes = block_bytes;
     next = 0;
     const int64_t lines = 2 * ((block_bytes + 63) / 64);
     lines_per_step = steps > 0 ? (lines + steps - 1) / steps : lines;
-    to = level;
   }
   void Step() {
     for (int64_t i = 0; i < lines_per_step && next < 2 * bytes; ++i, next += 64) {
-      const char* line = next < bytes ? k + next : v + (next - bytes);
-      if (to == PrefetchTo::kL1) {
-        Prefetch(line);
-      } else {
-        PrefetchL2(line);
-      }
+      PrefetchL2(next < bytes ? k + next : v + (next - bytes));
     }
   }
 };
@@ -636,7 +627,7 @@ struct ChunkRange {
 };
 
 // Block tiles of at most this many (padded) rows are memory-bound: they read their blocks in
-// address order first (TouchLines) and prefetch the next ones into L2, not L1.
+// address order first (TouchLines).
 inline constexpr int kFewTileRows = 16;
 
 // Rows [row0, row0 + nrows) (nrows <= kBlockRows) attend to `chunks`, for each KV head h in
@@ -733,8 +724,7 @@ void AttendBlock(const KvCacheView& kv, int32_t h0, int32_t h1, const ChunkRange
         const int next_len = next_head ? len : chunks.len[i + 1];
         prefetch.Reset(BlockPtr<kDt>(kv.k, kv, next_slot, next_h),
                        BlockPtr<kDt>(kv.v, kv, next_slot, next_h),
-                       static_cast<int64_t>(next_len) * d * sizeof(T), steps,
-                       rp > kFewTileRows ? PrefetchTo::kL1 : PrefetchTo::kL2);
+                       static_cast<int64_t>(next_len) * d * sizeof(T), steps);
       }
 
       // The tiles below walk K and V column-wise, which the hardware prefetcher does not follow.
@@ -1244,7 +1234,7 @@ void StreamChunks(const Context& ctx, int32_t h0, int32_t h1, const ChunkRange& 
         prefetch.Reset(BlockPtr<kDt>(kv.k, kv, chunks.slot[next_i], next_h),
                        BlockPtr<kDt>(kv.v, kv, chunks.slot[next_i], next_h),
                        static_cast<int64_t>(chunks.len[next_i]) * d * sizeof(typename Kv<kDt>::T),
-                       UnitSteps<kD>(rows, len), PrefetchTo::kL2);
+                       UnitSteps<kD>(rows, len));
       }
       AttendChunk<kDt, kD>(unit(h), BlockPtr<kDt>(kv.k, kv, chunks.slot[i], h),
                            BlockPtr<kDt>(kv.v, kv, chunks.slot[i], h), len, d, prefetch);
@@ -1389,8 +1379,7 @@ struct SequenceTask {
                 BlockPtr<kDt>(kv.k, kv, ctx.chunk_slot[next_i], next_h),
                 BlockPtr<kDt>(kv.v, kv, ctx.chunk_slot[next_i], next_h),
                 static_cast<int64_t>(ctx.chunk_len[next_i]) * d * sizeof(typename Kv<kDt>::T),
-                UnitSteps<kD>(std::min(kMaxRowsPerPass, ctx.group), len),  // the first pass's
-                PrefetchTo::kL2);
+                UnitSteps<kD>(std::min(kMaxRowsPerPass, ctx.group), len));  // the first pass's
           }
           for (int p = 0; p < passes; ++p)
             AttendChunk<kDt, kD>(unit(seq, h0, h, p), kb, vb, len, d, prefetch);

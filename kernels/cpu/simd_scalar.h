@@ -147,8 +147,6 @@ inline void CompilerBarrier() {}
 
 inline void KeepAlive(uint32_t x) { asm volatile("" : : "r"(x)); }
 
-inline void Prefetch(const void* p) { __builtin_prefetch(p); }
-
 inline void PrefetchL2(const void* p) { __builtin_prefetch(p, 0, 1); }
 
 }  // namespace chunkserve::kernels::cpu::scalar

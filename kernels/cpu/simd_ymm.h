@@ -152,9 +152,6 @@ inline void CompilerBarrier() { asm volatile("" ::: "memory"); }
 // Makes the compiler compute x (and the loads behind it) without using it.
 inline void KeepAlive(uint32_t x) { asm volatile("" : : "r"(x)); }
 
-// A cache line into L1 (and L2).
-inline void Prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
-
 // A cache line into L2, not L1 (T2, the hint for the outermost levels; T1 measured the same on
 // the Zen 4).
 inline void PrefetchL2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T2); }
