@@ -626,10 +626,6 @@ struct ChunkRange {
   int32_t end;
 };
 
-// Block tiles of at most this many (padded) rows are memory-bound: they read their blocks in
-// address order first (TouchLines).
-inline constexpr int kFewTileRows = 16;
-
 // Rows [row0, row0 + nrows) (nrows <= kBlockRows) attend to `chunks`, for each KV head h in
 // [h0, h1): the rows' query heads are map's with head0 = h * group. Chunk by chunk, head by head.
 // Leaves head h's unnormalized output and softmax state (base 2) in CarveBlockHead(.., h - h0).
@@ -727,11 +723,12 @@ void AttendBlock(const KvCacheView& kv, int32_t h0, int32_t h1, const ChunkRange
                        static_cast<int64_t>(next_len) * d * sizeof(T), steps);
       }
 
-      // The tiles below walk K and V column-wise, which the hardware prefetcher does not follow.
-      // With many rows there is enough compute per chunk for the software prefetch to hide that;
-      // with few, read both blocks in address order first. So too the task's first blocks, which
-      // nothing prefetched (full sharing, one thread: 3% faster).
-      if (rp <= kFewTileRows || (i == chunks.begin && h == h0)) {
+      // The tiles below walk K and V column-wise, which the hardware prefetcher does not follow;
+      // the software prefetch above brings every block but the task's first, which is read in
+      // address order first (full sharing, one thread: 3% faster). Tiles of at most 16 rows did
+      // that for every block while the prefetch went to L1; with the L2 one they take 0.78-1.01x
+      // the time without it (kernels/README.md, "Prefetch level").
+      if (i == chunks.begin && h == h0) {
         TouchLines(kb, vb, static_cast<int64_t>(len) * d * sizeof(T));
       }
       const float* kf;
