@@ -195,9 +195,10 @@ fn parse_header() -> Header {
                         let f = f.trim();
                         if let (Some(open), true) = (f.find('['), f.ends_with(']')) {
                             let len_text = f[open + 1..f.len() - 1].trim();
-                            let len = len_text.parse::<i64>().ok().or_else(|| {
-                                constants.get(len_text).copied()
-                            });
+                            let len = len_text
+                                .parse::<i64>()
+                                .ok()
+                                .or_else(|| constants.get(len_text).copied());
                             let len = len.unwrap_or_else(|| {
                                 panic!("array length {len_text:?} is not a number or a constant")
                             });
