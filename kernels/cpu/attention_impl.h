@@ -101,7 +101,7 @@ const typename Kv<kDt>::T* BlockPtr(const void* base, const KvCacheView& kv, int
 // line arrives, and a streaming step, with little compute per line, issues a burst of them that
 // stalls the loads behind it (a Zen 4 thread streamed fp32 KV at 0.41-0.51 of its read bandwidth
 // with L1 prefetches, 0.71-0.82 with L2 ones); the GEMM-shaped tiles, whose blocks the L1 cannot
-// hold beside Q^T anyway, run 4-11% faster with 24-32 rows and the same with 48-64
+// hold beside Q^T anyway, run 2-12% faster with 24-32 rows and the same with 48-64
 // (kernels/README.md, "Prefetch level"). fp16 KV needs the prefetch (see SequenceTask).
 struct PrefetchStream {
   const char* k = nullptr;
